@@ -1,0 +1,332 @@
+"""Loading models: a Hugging Face id, a local folder or a GGUF file -> a ``ModelBundle``.
+
+Device auto = CUDA, then MPS, then CPU. Dtype auto = bf16 on a CUDA device that supports it
+(fp16 otherwise), fp32 on CPU. Models that cannot generate text are refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ENCODER_DECODER = "encoder-decoder"
+DECODER_ONLY = "decoder-only"
+
+# End-of-turn markers of common chat templates: when the template uses one, it ends generation.
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+_GENERATIVE_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "Seq2SeqLM")
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(Exception):
+    """A model could not be loaded; the message says why in words a user can act on."""
+
+
+@dataclass
+class ModelBundle:
+    model: torch.nn.Module
+    tokenizer: Any
+    kind: str  # DECODER_ONLY or ENCODER_DECODER
+    device: torch.device
+    dtype: torch.dtype
+    name: str
+    source: str
+    context_length: int | None
+    eos_token_ids: tuple[int, ...]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.kind == ENCODER_DECODER
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None)) and not self.is_encoder_decoder
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+    def describe(self) -> str:
+        return f"{self.name} · {self.kind} · {self.device.type} · {self.dtype_name}"
+
+    def encode_prompt(self, text: str, use_chat_template: bool | None = None) -> list[int]:
+        """Tokenise a prompt. Instruct models wrap it in their chat template by default."""
+        from engine.generate import EmptyPromptError
+
+        if not text or not text.strip():
+            raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
+        if use_chat_template is None:
+            use_chat_template = self.has_chat_template
+        if use_chat_template and self.has_chat_template:
+            rendered = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
+            ids = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+        else:
+            ids = self.tokenizer(text)["input_ids"]
+        if not ids:
+            raise EmptyPromptError("The prompt gave no tokens: type something else.")
+        return list(ids)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def pick_device(device: str | torch.device = "auto") -> torch.device:
+    if str(device) != "auto":
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ModelLoadError("CUDA was requested but no CUDA GPU is available.")
+        return dev
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(device: torch.device, dtype: str | torch.dtype = "auto") -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype != "auto":
+        if dtype not in DTYPES:
+            raise ModelLoadError(f"Unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}.")
+        return DTYPES[dtype]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def _looks_like_path(source: str) -> bool:
+    return (
+        source.startswith((".", "/", "~"))
+        or os.sep in source
+        and source.count("/") != 1
+        or source.lower().endswith(".gguf")
+        or (len(source) > 1 and source[1] == ":")  # a Windows drive
+    )
+
+
+def check_generative(config: Any, source: str) -> None:
+    """Refuse configs of models that have no generation head (a BERT encoder, say)."""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
+
+    model_type = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False):
+        ok = type(config) in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
+    else:
+        ok = type(config) in MODEL_FOR_CAUSAL_LM_MAPPING
+    archs = getattr(config, "architectures", None) or []
+    if ok and archs and not any(a.endswith(_GENERATIVE_HEADS) for a in archs):
+        ok = False
+    if not ok:
+        what = f" ({', '.join(archs)})" if archs else ""
+        raise ModelLoadError(
+            f"{source} is a {model_type} model{what} that cannot generate text. "
+            "Open a decoder-only model (GPT-2, Llama, SmolLM...) or an encoder-decoder model "
+            "(T5, BART)."
+        )
+
+
+def eos_ids_for(model: Any, tokenizer: Any) -> tuple[int, ...]:
+    ids: list[int] = []
+
+    def add(value: Any) -> None:
+        if value is None:
+            return
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, int) and v not in ids:
+                ids.append(v)
+
+    gen = getattr(model, "generation_config", None)
+    add(getattr(gen, "eos_token_id", None))
+    add(getattr(model.config, "eos_token_id", None))
+    add(getattr(tokenizer, "eos_token_id", None))
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if isinstance(template, str):
+        vocab = tokenizer.get_vocab()
+        for marker in END_OF_TURN_TOKENS:
+            if marker in template and marker in vocab:
+                add(vocab[marker])
+    return tuple(ids)
+
+
+def load_model(
+    source: str | os.PathLike[str],
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    progress: Callable[[str], None] | None = None,
+    name: str | None = None,
+) -> ModelBundle:
+    """Load a Hugging Face id, a local folder or a ``.gguf`` file."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    say = progress or (lambda _msg: None)
+    source = str(source)
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(dev, dtype)
+    path = Path(source).expanduser()
+    kwargs: dict[str, Any] = {}
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        # GGUF dequantisation is slow (~20 s for 135M): convert once, then load the cache.
+        location = str(converted_gguf(path, torch_dtype, say))
+    elif path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"The folder {path} has no config.json: it is not a model folder.")
+        location = str(path)
+    elif path.exists():
+        raise ModelLoadError(f"{path} is not a model folder or a .gguf file.")
+    elif _looks_like_path(source):
+        raise ModelLoadError(f"No such file or folder: {path}")
+    else:
+        location = source  # a Hugging Face id
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        kwargs["local_files_only"] = True
+
+    say("Reading the configuration")
+    try:
+        config = AutoConfig.from_pretrained(location, **kwargs)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"Could not read a model configuration from {source}: {exc}") from exc
+    check_generative(config, source)
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    say("Loading the tokenizer")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"Could not load the tokenizer of {source}: {exc}") from exc
+    say("Loading the weights")
+    try:
+        model = auto.from_pretrained(location, dtype=torch_dtype, **kwargs)
+    except torch.OutOfMemoryError as exc:
+        raise ModelLoadError(f"Out of memory while loading {source}: {exc}") from exc
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ModelLoadError(f"Could not load the weights of {source}: {exc}") from exc
+    model.to(dev)
+    model.eval()
+    return make_bundle(model, tokenizer, source=source, name=name, device=dev, dtype=torch_dtype)
+
+
+def make_bundle(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    source: str = "<in memory>",
+    name: str | None = None,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> ModelBundle:
+    """Wrap an already loaded model and tokenizer."""
+    from engine.generate import context_length, model_device
+
+    kind = ENCODER_DECODER if getattr(model.config, "is_encoder_decoder", False) else DECODER_ONLY
+    first = next(model.parameters())
+    return ModelBundle(
+        model=model,
+        tokenizer=tokenizer,
+        kind=kind,
+        device=device or model_device(model),
+        dtype=dtype or first.dtype,
+        name=name or Path(source).name or source,
+        source=source,
+        context_length=context_length(model) if kind == DECODER_ONLY else None,
+        eos_token_ids=eos_ids_for(model, tokenizer),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# GGUF conversion cache
+# --------------------------------------------------------------------------------------------
+
+MANIFEST = "decoding-lab-manifest.json"
+
+
+def cache_root() -> Path:
+    """Where converted models are kept: $DECODING_LAB_CACHE, else the platform's cache folder."""
+    env = os.environ.get("DECODING_LAB_CACHE")
+    if env:
+        return Path(env).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+        return base / "decoding-lab" / "cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "decoding-lab"
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "decoding-lab"
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _cache_is_complete(folder: Path) -> bool:
+    """A cache folder counts only if its manifest exists and every listed file has its size."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        return all(
+            (folder / name).stat().st_size == size for name, size in manifest["files"].items()
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def gguf_cache_folder(path: Path, dtype: torch.dtype) -> Path:
+    key = f"{path.stem}-{file_digest(path)[:16]}-{str(dtype).removeprefix('torch.')}"
+    return cache_root() / "converted" / key
+
+
+def converted_gguf(path: Path, dtype: torch.dtype, say: Callable[[str], None] = print) -> Path:
+    """Return a folder holding ``path`` converted to safetensors in ``dtype``, converting it
+    first if needed. The folder is written under a temporary name and renamed when complete,
+    so an interrupted conversion is never loaded; an incomplete one is rebuilt."""
+    say("Checking the converted-model cache")
+    final = gguf_cache_folder(path, dtype)
+    if _cache_is_complete(final):
+        return final
+    if final.exists():
+        say("The cached conversion is incomplete: rebuilding it")
+        shutil.rmtree(final, ignore_errors=True)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".tmp-{final.name}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
+    say("Converting the GGUF file once (about 20 s); later starts load the cache")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        )
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ModelLoadError(f"Could not load the GGUF file {path.name}: {exc}") from exc
+    model.to(dtype)
+    # The weights are dequantised now; drop the GGUF marker so they can be saved as they are.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if hasattr(model, "is_quantized"):
+        model.is_quantized = False
+    say("Writing the converted model")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
+    manifest = {"source": str(path), "dtype": str(dtype), "files": files}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, final)  # atomic on one filesystem
+    return final

@@ -1,0 +1,177 @@
+"""Decoding Lab entry point: the window (no command) or the headless CLI (a command)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="decoding-lab",
+        description="Explore by hand how a language model turns probabilities into text.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    gen = sub.add_parser("generate", help="stream a generation to the terminal")
+    gen.add_argument(
+        "--model",
+        default=None,
+        help="bundled name, Hugging Face id, folder or .gguf (default: smollm2-135m)",
+    )
+    gen.add_argument("--prompt", default=None, help="the prompt (default: the model's example)")
+    gen.add_argument("--no-chat-template", action="store_true", help="send the prompt as it is")
+    gen.add_argument("--preset", default=None, help="start from a preset (Greedy, Balanced, ...)")
+    gen.add_argument("--temperature", type=float, default=None, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=None, help="0 = off")
+    gen.add_argument("--top-p", type=float, default=None, help="1 = off")
+    gen.add_argument("--min-p", type=float, default=None, help="0 = off")
+    gen.add_argument("--repetition-penalty", type=float, default=None, help="1 = off")
+    gen.add_argument(
+        "--temperature-last",
+        action="store_true",
+        help="apply temperature after the filters (llama.cpp order)",
+    )
+    gen.add_argument("--max-new-tokens", type=int, default=None)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument(
+        "--show-probs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print each step with its top-N candidates",
+    )
+    gen.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    gen.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+
+    sub.add_parser("models", help="list the bundled models")
+    return parser
+
+
+def _settings_from(args: argparse.Namespace):
+    from engine import DEFAULT_SETTINGS, PRESETS
+
+    if args.preset is not None and args.preset not in PRESETS:
+        raise SystemExit(f"Unknown preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
+    base = PRESETS[args.preset] if args.preset else DEFAULT_SETTINGS
+    changes = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "min_p": args.min_p,
+        "repetition_penalty": args.repetition_penalty,
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+    }
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if args.temperature_last:
+        changes["order"] = "temperature_last"
+    return base.with_(**changes)
+
+
+def _visible(text: str) -> str:
+    return text.replace("\n", "\\n").replace("\t", "\\t")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from engine import GenerationSession, ModelLoadError
+    from engine.catalog import open_model
+
+    try:
+        settings = _settings_from(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        bundle = open_model(
+            args.model,
+            device=args.device,
+            dtype=args.dtype,
+            progress=lambda m: print(f"[{m}]", file=sys.stderr),
+        )
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"[loaded {bundle.describe()} in {time.perf_counter() - t0:.1f}s]", file=sys.stderr)
+    prompt = (
+        args.prompt
+        if args.prompt is not None
+        else bundle.extra.get("example_prompt", "Once upon a time")
+    )
+    try:
+        ids = bundle.encode_prompt(
+            prompt, use_chat_template=False if args.no_chat_template else None
+        )
+        session = GenerationSession(
+            bundle.model,
+            ids,
+            settings,
+            tokenizer=bundle.tokenizer,
+            eos_token_ids=bundle.eos_token_ids,
+            top_n=max(args.show_probs, 1),
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for step in session.stream():
+        if args.show_probs:
+            alts = ", ".join(
+                f"{_visible(c.text)!r} {c.raw_prob:.3f}" for c in step.candidates[: args.show_probs]
+            )
+            print(
+                f"{step.index:4d} {_visible(step.token_str)!r:>16} p={step.prob:.3f} "
+                f"raw={step.raw_prob:.3f} rank={step.rank} H={step.entropy_raw:.2f}b | {alts}"
+            )
+        else:
+            print(step.text if not step.is_eos else "", end="", flush=True)
+    s = session.summary()
+    print(
+        f"\n[{s.tokens} tokens in {s.seconds:.2f}s = {s.tokens_per_s:.1f} tokens/s; "
+        f"stop: {s.stop_reason}]",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_models(_args: argparse.Namespace) -> int:
+    from engine.catalog import list_bundled
+
+    for m in list_bundled():
+        state = "installed" if m.available() else "missing"
+        print(f"{m.name:14} {m.kind:16} {state:9} {m.title}\n{'':14} {m.description}")
+    return 0
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Headless entry point (`decoding-lab-cli`)."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "generate":
+        return cmd_generate(args)
+    if args.command == "models":
+        return cmd_models(args)
+    parser.print_help()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`decoding-lab`: the window, or the CLI when a command is given."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and not argv[0].startswith("-") or any(a in ("-h", "--help") for a in argv):
+        return cli(argv)
+    try:
+        from gui.app import run_app
+    except ImportError:
+        # The window arrives with the GUI issue; until then show the default model in the terminal.
+        print(
+            "The window is not built yet: streaming the default model in the terminal.",
+            file=sys.stderr,
+        )
+        return cli(["generate", *argv])
+    return run_app(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
