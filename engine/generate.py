@@ -317,6 +317,16 @@ class GenerationSession:
         self.stop_reason = None
         self._forced = None
 
+    def replay(self, step_index: int, token_ids: Sequence[int]) -> Iterator[Step]:
+        """Rewind to ``step_index`` and take ``token_ids`` from there (undo of a branch),
+        yielding a fresh record for each: one forward pass per token, the prompt is not re-run."""
+        self.rewind(step_index)
+        for token_id in token_ids:
+            if self.finished:
+                return
+            self.force_next(token_id)
+            yield self.step()
+
     def _check_token(self, token_id: int) -> None:
         if not 0 <= int(token_id) < self.vocab_size:
             raise ValueError(
@@ -397,6 +407,7 @@ class GenerationSession:
         top_ids = [int(v) for v in values[:n]]
         top_raw, top_prob = values[n : 2 * n], values[2 * n : 3 * n]
         token_id, raw_p, p, rank, survivors, h_raw, h = values[3 * n :]
+        h_raw, h = abs(h_raw), abs(h)  # -0.0 from a one-hot distribution reads as 0
         token_id = int(token_id)
         self.ids.append(token_id)
         piece = self._detok.push(token_id) if self._detok is not None else ""

@@ -1,0 +1,169 @@
+"""The output pane: one coloured span per token, hover for details, click to inspect a step."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import QEvent, QPoint, Qt, Signal
+from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor, QTextFormat
+from PySide6.QtWidgets import QTextEdit, QToolTip, QWidget
+
+from engine.records import Step
+from gui.theme import LIGHT, Theme, bucket_of, mix
+
+STEP_PROPERTY = QTextFormat.Property.UserProperty + 1
+COLOR_BY_RANK = "rank"
+COLOR_BY_PROB = "probability"
+
+
+def visible_text(text: str) -> str:
+    """Make whitespace a person cannot see visible: newlines get a ↵ mark, tabs an arrow."""
+    return text.replace("\t", "→\t").replace("\n", "↵\n")
+
+
+def tooltip_html(step: Step) -> str:
+    rows = "".join(
+        f"<tr><td>{i + 1}.</td><td><code>{html.escape(repr(c.text))}</code></td>"
+        f"<td align=right>{c.raw_prob:.1%}</td></tr>"
+        for i, c in enumerate(step.candidates[:5])
+    )
+    how = "chosen by you" if step.forced else ("greedy" if step.source == "greedy" else "sampled")
+    return (
+        f"<b>Step {step.index + 1}</b>: <code>{html.escape(repr(step.token_str))}</code> "
+        f"(id {step.token_id}, {how})<br>"
+        f"probability {step.raw_prob:.1%} (after the sampler {step.prob:.1%}), rank {step.rank}<br>"
+        f"<table>{rows}</table>"
+    )
+
+
+class TokenPane(QTextEdit):
+    token_clicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setObjectName("token_pane")
+        self.setMouseTracking(True)
+        self.setPlaceholderText("Generated tokens appear here, one coloured box per token.")
+        self.theme: Theme = LIGHT
+        self.mode = COLOR_BY_RANK
+        self.steps: list[Step] = []
+        self._spans: list[tuple[int, int]] = []  # document positions of each step's text
+        self.selected: int | None = None
+
+    # -- content ------------------------------------------------------------------------------
+
+    def clear_tokens(self) -> None:
+        self.steps.clear()
+        self._spans.clear()
+        self.selected = None
+        self.clear()
+
+    def truncate(self, keep: int) -> None:
+        if keep >= len(self.steps):
+            return
+        if keep == 0:
+            self.clear_tokens()
+            return
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._spans[keep][0])
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        del self.steps[keep:]
+        del self._spans[keep:]
+        if self.selected is not None and self.selected >= keep:
+            self.selected = None
+
+    def append_steps(self, steps: list[Step]) -> None:
+        if not steps:
+            return
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        for step in steps:
+            start = cursor.position()
+            text = visible_text(step.text) if step.text else ("∎" if step.is_eos else "·")
+            cursor.insertText(text, self._format(step))
+            self.steps.append(step)
+            self._spans.append((start, cursor.position()))
+        self.ensureCursorVisible()
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def _format(self, step: Step, selected: bool = False) -> QTextCharFormat:
+        fmt = QTextCharFormat()
+        fmt.setBackground(self.color_for(step))
+        fmt.setForeground(QColor(self.theme.text))
+        fmt.setProperty(STEP_PROPERTY, step.index)
+        if step.index % 2:  # alternate a thin underline so token boundaries show
+            fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
+            fmt.setUnderlineColor(QColor(self.theme.muted))
+        if selected:
+            fmt.setFontOverline(True)
+            fmt.setFontUnderline(True)
+            fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
+            fmt.setUnderlineColor(QColor(self.theme.chosen))
+            fmt.setForeground(QColor(self.theme.chosen))
+            fmt.setFontWeight(700)
+        return fmt
+
+    def color_for(self, step: Step) -> QColor:
+        if step.forced:
+            return QColor(self.theme.forced)
+        if self.mode == COLOR_BY_PROB:
+            return mix(self.theme.prob_low, self.theme.prob_high, step.raw_prob)
+        return QColor(self.theme.buckets[bucket_of(step.rank)])
+
+    def restyle(self) -> None:
+        """Re-colour every span (colour mode or theme changed)."""
+        cursor = QTextCursor(self.document())
+        for step, (a, b) in zip(self.steps, self._spans, strict=True):
+            cursor.setPosition(a)
+            cursor.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
+            cursor.setCharFormat(self._format(step, step.index == self.selected))
+
+    def set_mode(self, mode: str) -> None:
+        self.mode = mode
+        self.restyle()
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.restyle()
+
+    def select(self, index: int | None) -> None:
+        """Outline one token (or none)."""
+        previous, self.selected = self.selected, index
+        cursor = QTextCursor(self.document())
+        for i in {previous, index} - {None}:
+            if i is not None and i < len(self.steps):
+                a, b = self._spans[i]
+                cursor.setPosition(a)
+                cursor.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
+                cursor.setCharFormat(self._format(self.steps[i], i == index))
+
+    # -- mouse --------------------------------------------------------------------------------
+
+    def step_at(self, pos: QPoint) -> int | None:
+        cursor = self.cursorForPosition(pos)
+        position = cursor.position()
+        for i, (a, b) in enumerate(self._spans):  # spans are few thousand at most: fine
+            if a <= position < b or (position == b and i == len(self._spans) - 1):
+                return i
+        return None
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:  # noqa: N802 - Qt override
+        super().mouseReleaseEvent(event)
+        if event.button() == Qt.MouseButton.LeftButton and not self.textCursor().hasSelection():
+            index = self.step_at(event.position().toPoint())
+            if index is not None:
+                self.select(index)
+                self.token_clicked.emit(index)
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.ToolTip:
+            index = self.step_at(event.pos())
+            if index is not None:
+                QToolTip.showText(event.globalPos(), tooltip_html(self.steps[index]), self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(event)

@@ -1,0 +1,776 @@
+"""MainWindow: layout, actions and wiring. Engine records arrive through the runner's buffer
+and are drawn by a 30 Hz timer, so the generation rate never drives the screen rate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QSettings, Qt, QTimer, Slot
+from PySide6.QtGui import QAction, QCloseEvent, QFont, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QGroupBox,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPlainTextEdit,
+    QProgressBar,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.catalog import BUNDLED, DEFAULT_MODEL
+from engine.export import run_to_csv, run_to_json, run_to_markdown, write_atomic
+from engine.models import ModelBundle
+from engine.records import RunSummary, Step
+from gui.theme import BUCKET_LABELS, THEMES, apply_palette
+from gui.widgets.plots import DistributionPlot, SeriesPlot, step_summary
+from gui.widgets.sampler_panel import SamplerPanel
+from gui.widgets.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
+from gui.worker import EngineRunner, Truncate
+
+SETTINGS_VERSION = 1
+REDRAW_HZ = 30
+MAX_RECENTS = 8
+BASE_FONT_PT = 12
+OPEN_FOLDER, OPEN_GGUF, OPEN_HUB = "action:folder", "action:gguf", "action:hub"
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, store: QSettings | None = None, autoload: bool = True) -> None:
+        super().__init__()
+        self.setWindowTitle("Decoding Lab")
+        self.store = store or QSettings("DecodingLab", "Decoding Lab")
+        self.runner = EngineRunner(self)
+        self.steps: list[Step] = []
+        self.selected: int | None = None
+        self.bundle: ModelBundle | None = None
+        self.recents: list[str] = []
+        self.theme = THEMES["light"]
+        self.font_pt = BASE_FONT_PT
+        self.last_error: str | None = None
+        self.last_summary: RunSummary | None = None
+        self._error_box: QMessageBox | None = None
+        self._after_idle: list = []
+        self._loading_source: str | None = None
+        self._closing = False
+
+        self._build_ui()
+        self._build_actions()
+        self._wire()
+        self.restore_state()
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000 // REDRAW_HZ)
+        self.timer.timeout.connect(self.drain)
+        self.timer.start()
+        self._update_buttons()
+        if autoload:
+            QTimer.singleShot(0, lambda: self.load_model(self._initial_model))
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def _build_ui(self) -> None:
+        self.sampler = SamplerPanel()
+        self.sampler.setMinimumWidth(330)
+
+        self.prompt_label = QLabel("Prompt")
+        self.prompt_label.setWordWrap(True)
+        self.prompt = QPlainTextEdit()
+        self.prompt.setObjectName("prompt")
+        self.prompt.setPlaceholderText("Type a prompt, then press Generate (Ctrl+Enter).")
+        self.chat_template = QCheckBox("Use the chat template")
+        self.chat_template.setToolTip(
+            "Wrap the prompt as a chat message, the way an instruct model was trained to see it."
+        )
+        prompt_box = QGroupBox()
+        pl = QVBoxLayout(prompt_box)
+        top = QHBoxLayout()
+        top.addWidget(self.prompt_label, 1)
+        top.addWidget(self.chat_template)
+        pl.addLayout(top)
+        pl.addWidget(self.prompt)
+
+        self.pane = TokenPane()
+        self.color_mode = QComboBox()
+        self.color_mode.setObjectName("color_mode")
+        self.color_mode.addItem("Colour by rank", COLOR_BY_RANK)
+        self.color_mode.addItem("Colour by probability", COLOR_BY_PROB)
+        self.color_mode.setToolTip("How each token's box is coloured.")
+        self.legend = QLabel()
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setWordWrap(True)
+        self.legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        out_box = QGroupBox("Output: one box per token. Hover for details, click to inspect.")
+        ol = QVBoxLayout(out_box)
+        legend_row = QHBoxLayout()
+        legend_row.addWidget(self.legend, 1)
+        legend_row.addWidget(self.color_mode)
+        ol.addLayout(legend_row)
+        ol.addWidget(self.pane, 1)
+
+        middle = QSplitter(Qt.Orientation.Vertical)
+        middle.addWidget(prompt_box)
+        middle.addWidget(out_box)
+        middle.setStretchFactor(0, 1)
+        middle.setStretchFactor(1, 3)
+
+        self.dist = DistributionPlot()
+        self.top_n = QSpinBox()
+        self.top_n.setObjectName("top_n")
+        self.top_n.setRange(5, 50)
+        self.top_n.setValue(20)
+        self.top_n.setToolTip("How many of the most likely tokens to show.")
+        self.dist_hint = QLabel("Click a bar to take that token instead.")
+        self.dist_hint.setWordWrap(True)
+        self.dist_hint.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        dist_box = QWidget()
+        dl = QVBoxLayout(dist_box)
+        dl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(self.dist_hint, 1)
+        row.addWidget(QLabel("Show top"))
+        row.addWidget(self.top_n)
+        dl.addLayout(row)
+        self.dist_info = QLabel(step_summary(None))
+        self.dist_info.setObjectName("dist_info")
+        self.dist_info.setWordWrap(True)
+        self.dist_info.setTextFormat(Qt.TextFormat.RichText)
+        self.dist_info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        dl.addWidget(self.dist_info)
+        dl.addWidget(self.dist, 1)
+
+        self.speed = SeriesPlot(
+            "Speed", "tokens / s", [("running", "#1f6feb"), ("this step", "#e8772e")]
+        )
+        self.entropy = SeriesPlot(
+            "Entropy", "bits", [("model", "#1f6feb"), ("after sampler", "#e8772e")]
+        )
+        bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.addWidget(self.speed)
+        bottom.addWidget(self.entropy)
+        self.plots = QSplitter(Qt.Orientation.Vertical)
+        self.plots.addWidget(dist_box)
+        self.plots.addWidget(bottom)
+        self.plots.setStretchFactor(0, 3)
+        self.plots.setStretchFactor(1, 2)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.sampler)
+        self.splitter.addWidget(middle)
+        self.splitter.addWidget(self.plots)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setStretchFactor(2, 3)
+        self.splitter.setSizes([340, 560, 820])
+        self.setCentralWidget(self.splitter)
+
+        self.model_label = QLabel("No model")
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setRange(0, 0)
+        self.busy_bar.setMaximumWidth(140)
+        self.busy_bar.hide()
+        self.status_text = QLabel("")
+        # Long messages must never widen the window: let the label shrink and elide.
+        self.status_text.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.status_text.setMinimumWidth(1)
+        self.rate_label = QLabel("")
+        sb = self.statusBar()
+        sb.addWidget(self.model_label)
+        sb.addWidget(self.busy_bar)
+        sb.addWidget(self.status_text, 1)
+        sb.addPermanentWidget(self.rate_label)
+        self.resize(1720, 980)
+
+    def _build_actions(self) -> None:
+        tb = QToolBar("Main")
+        tb.setObjectName("main_toolbar")
+        tb.setMovable(False)
+        tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.addToolBar(tb)
+        tb.addWidget(QLabel(" Model "))
+        self.model_picker = QComboBox()
+        self.model_picker.setObjectName("model_picker")
+        self.model_picker.setMinimumWidth(280)
+        self.model_picker.setToolTip("Pick a bundled model, a recent one, or open another.")
+        tb.addWidget(self.model_picker)
+        tb.addSeparator()
+
+        def action(
+            text: str, keys: str | QKeySequence.StandardKey | None, tip: str, slot
+        ) -> QAction:
+            a = QAction(text, self)
+            if keys is not None:
+                a.setShortcut(QKeySequence(keys))
+                a.setToolTip(
+                    f"{tip} ({a.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})"
+                )
+            else:
+                a.setToolTip(tip)
+            a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            a.triggered.connect(slot)
+            self.addAction(a)
+            return a
+
+        self.act_generate = action(
+            "Generate", "Ctrl+Return", "Start a new run from the prompt", self.generate
+        )
+        self.act_stop = action("Stop", "Esc", "Stop after the current token", self.stop)
+        self.act_step = action(
+            "Step", "Ctrl+Right", "Generate exactly one more token", self.step_once
+        )
+        self.act_continue = action(
+            "Continue",
+            "Ctrl+Shift+Return",
+            "Carry on from where the run stopped",
+            self.continue_run,
+        )
+        self.act_undo = action(
+            "Undo choice",
+            "Alt+Backspace",
+            "Go back to the text before your last token choice",
+            self.undo,
+        )
+        self.act_clear = action(
+            "Clear", "Ctrl+L", "Clear the output and the plots", self.clear_output
+        )
+        for a in (
+            self.act_generate,
+            self.act_stop,
+            self.act_step,
+            self.act_continue,
+            self.act_undo,
+            self.act_clear,
+        ):
+            tb.addAction(a)
+        tb.addSeparator()
+        self.act_theme = action(
+            "Dark theme", "Ctrl+T", "Switch between light and dark", self.toggle_theme
+        )
+        self.act_theme.setCheckable(True)
+        tb.addAction(self.act_theme)
+        self.act_zoom_in = action(
+            "A+",
+            QKeySequence.StandardKey.ZoomIn,
+            "Bigger text",
+            lambda: self.set_zoom(self.font_pt + 1),
+        )
+        self.act_zoom_out = action(
+            "A−",
+            QKeySequence.StandardKey.ZoomOut,
+            "Smaller text",
+            lambda: self.set_zoom(self.font_pt - 1),
+        )
+        self.act_zoom_reset = action(
+            "A", "Ctrl+0", "Normal text size", lambda: self.set_zoom(BASE_FONT_PT)
+        )
+        for a in (self.act_zoom_out, self.act_zoom_reset, self.act_zoom_in):
+            tb.addAction(a)
+        tb.addSeparator()
+        menu = self.menuBar().addMenu("&File")
+        self.act_export_json = action(
+            "Export run as JSON…",
+            None,
+            "Prompt, model, settings and every step",
+            lambda: self.export("json"),
+        )
+        self.act_export_csv = action(
+            "Export steps as CSV…", None, "One row per generated token", lambda: self.export("csv")
+        )
+        self.act_export_png = action(
+            "Export plots as PNG…", None, "A picture of the plots", lambda: self.export("png")
+        )
+        self.act_export_md = action(
+            "Export text as Markdown…", None, "The prompt and the output", lambda: self.export("md")
+        )
+        for a in (
+            self.act_export_json,
+            self.act_export_csv,
+            self.act_export_png,
+            self.act_export_md,
+        ):
+            menu.addAction(a)
+        menu.addSeparator()
+        menu.addAction(
+            action("Quit", QKeySequence.StandardKey.Quit, "Close Decoding Lab", self.close)
+        )
+        self.export_button = tb.addAction("Export…")
+        self.export_button.setToolTip("Save the run: JSON, CSV, PNG or Markdown")
+        self.export_button.triggered.connect(lambda: self.export("json"))
+
+    def _wire(self) -> None:
+        r = self.runner
+        r.busy_changed.connect(self._on_busy)
+        r.progress.connect(self._on_progress)
+        r.model_loaded.connect(self._on_model_loaded)
+        r.load_failed.connect(self._on_load_failed)
+        r.run_finished.connect(self._on_run_finished)
+        r.failed.connect(self.show_error)
+        self.sampler.settings_changed.connect(r.update_settings)
+        self.sampler.pacing_changed.connect(r.set_pacing)
+        self.pane.token_clicked.connect(self.select_step)
+        self.dist.bar_clicked.connect(self.choose_token)
+        self.top_n.valueChanged.connect(self.dist.set_top_n)
+        self.color_mode.currentIndexChanged.connect(lambda _i: self._set_color_mode())
+        self.model_picker.activated.connect(self._on_model_picked)
+
+    # -- models -------------------------------------------------------------------------------
+
+    def _fill_model_picker(self) -> None:
+        p = self.model_picker
+        p.blockSignals(True)
+        p.clear()
+        for m in BUNDLED.values():
+            p.addItem(f"{m.title}  [{m.kind}]", m.name)
+            p.setItemData(p.count() - 1, m.description, Qt.ItemDataRole.ToolTipRole)
+        for source in self.recents:
+            if source not in BUNDLED:
+                p.addItem(f"Recent: {source}", source)
+        p.insertSeparator(p.count())
+        p.addItem("Open folder…", OPEN_FOLDER)
+        p.addItem("Open GGUF file…", OPEN_GGUF)
+        p.addItem("Hugging Face id…", OPEN_HUB)
+        current = (
+            self.bundle.source_key if self.bundle and hasattr(self.bundle, "source_key") else None
+        )
+        key = current or self._loading_source
+        if key is not None and p.findData(key) >= 0:
+            p.setCurrentIndex(p.findData(key))
+        p.blockSignals(False)
+
+    @Slot(int)
+    def _on_model_picked(self, index: int) -> None:
+        data = self.model_picker.itemData(index)
+        source = None
+        if data == OPEN_FOLDER:
+            source = QFileDialog.getExistingDirectory(self, "Open a model folder")
+        elif data == OPEN_GGUF:
+            source, _ = QFileDialog.getOpenFileName(
+                self, "Open a GGUF file", "", "GGUF files (*.gguf)"
+            )
+        elif data == OPEN_HUB:
+            text, ok = QInputDialog.getText(
+                self, "Hugging Face model", "Model id (for example gpt2):"
+            )
+            source = text.strip() if ok else None
+        else:
+            source = data
+        if source:
+            self.load_model(source)
+        else:
+            self._fill_model_picker()
+
+    def load_model(self, source: str) -> None:
+        """Load a model; a running generation is stopped first (the current model stays until
+        the new one is ready)."""
+        if self.runner.busy:
+            self.runner.stop()
+            self._after_idle.append(lambda: self.load_model(source))
+            return
+        self._loading_source = source
+        self.status_text.setText(f"Loading {source}…")
+        self.runner.load(source)
+
+    @Slot(object)
+    def _on_model_loaded(self, bundle: ModelBundle) -> None:
+        source = self._loading_source or bundle.source
+        bundle.source_key = source  # type: ignore[attr-defined]
+        previous_example = self.bundle.extra.get("example_prompt") if self.bundle else None
+        self.bundle = bundle
+        self._loading_source = None
+        if source in self.recents:
+            self.recents.remove(source)
+        self.recents.insert(0, source)
+        del self.recents[MAX_RECENTS:]
+        self._fill_model_picker()
+        self.model_label.setText(bundle.describe())
+        enc = bundle.is_encoder_decoder
+        self.prompt_label.setText(
+            "<b>Encoder input</b>: the encoder reads this once; the decoder then writes the "
+            "output below, token by token."
+            if enc
+            else "<b>Prompt</b>: the model continues this text."
+        )
+        self.chat_template.setEnabled(bundle.has_chat_template)
+        self.chat_template.setChecked(bundle.has_chat_template)
+        example = bundle.extra.get("example_prompt")
+        current = self.prompt.toPlainText().strip()
+        if example and (not current or current == previous_example):
+            self.prompt.setPlainText(example)
+        self.clear_output()
+        self.status_text.setText(f"Ready: {bundle.name}. Press Generate (Ctrl+Enter).")
+
+    @Slot(str)
+    def _on_load_failed(self, message: str) -> None:
+        self._loading_source = None
+        self._fill_model_picker()
+        self.show_error(f"Could not load the model.\n\n{message}")
+
+    # -- running ------------------------------------------------------------------------------
+
+    @Slot()
+    def generate(self) -> None:
+        if self.runner.busy:
+            return
+        self.runner.update_settings(self.sampler.next_run_settings())
+        if self.runner.generate(self.prompt.toPlainText(), self._use_chat()):
+            self.selected = None
+            self.status_text.setText("Generating…")
+
+    @Slot()
+    def stop(self) -> None:
+        if self.runner.busy:
+            self.runner.stop()
+            self.status_text.setText("Stopping…")
+
+    @Slot()
+    def step_once(self) -> None:
+        if self.runner.busy:
+            return
+        if self.runner.session is None:  # no run yet: start one that stops after one token
+            self.runner.update_settings(self.sampler.next_run_settings())
+            self.runner.generate(self.prompt.toPlainText(), self._use_chat(), limit=1)
+            return
+        self.runner.step_once()
+
+    @Slot()
+    def continue_run(self) -> None:
+        if not self.runner.busy:
+            self.runner.continue_()
+
+    @Slot()
+    def undo(self) -> None:
+        if not self.runner.busy:
+            self.runner.undo()
+
+    def _use_chat(self) -> bool:
+        return self.chat_template.isChecked() if self.chat_template.isEnabled() else False
+
+    @Slot(int, int)
+    def choose_token(self, step_index: int, token_id: int) -> None:
+        """Force ``token_id`` at ``step_index`` and continue from there (a branch)."""
+        if self.runner.session is None:
+            return
+        if self.runner.busy:
+            self.runner.stop()
+            self._after_idle.append(lambda: self.choose_token(step_index, token_id))
+            return
+        remaining = max(1, self.sampler.settings().max_new_tokens - step_index)
+        if self.runner.branch(step_index, token_id, remaining):
+            self.selected = None
+            self.status_text.setText(f"Chose another token at step {step_index + 1}; continuing…")
+
+    @Slot()
+    def clear_output(self) -> None:
+        if self.runner.busy:
+            return
+        self.runner.buffer.clear()
+        self.runner.session = None
+        self.steps.clear()
+        self.selected = None
+        self.pane.clear_tokens()
+        self.dist.set_step(None)
+        self.dist_info.setText(step_summary(None))
+        self.speed.clear_series()
+        self.entropy.clear_series()
+        self.rate_label.setText("")
+        self._update_buttons()
+
+    # -- drawing (timer) ----------------------------------------------------------------------
+
+    @Slot()
+    def drain(self) -> None:
+        """Move everything the worker buffered onto the screen, redrawing once."""
+        buf = self.runner.buffer
+        if not buf:
+            return
+        new: list[Step] = []
+        while buf:
+            item = buf.popleft()
+            if isinstance(item, Truncate):
+                self.pane.append_steps(new)
+                new = []
+                del self.steps[item.keep :]
+                self.pane.truncate(item.keep)
+                if self.selected is not None and self.selected >= item.keep:
+                    self.selected = None
+            else:
+                new.append(item)
+                self.steps.append(item)
+        self.pane.append_steps(new)
+        self._redraw_plots()
+
+    def _redraw_plots(self) -> None:
+        steps = self.steps
+        if not steps:
+            self.dist.set_step(None)
+            self.dist_info.setText(step_summary(None))
+            self.speed.clear_series()
+            self.entropy.clear_series()
+            return
+        shown = (
+            steps[self.selected]
+            if self.selected is not None and self.selected < len(steps)
+            else steps[-1]
+        )
+        self.dist.set_step(shown)
+        self.dist_info.setText(step_summary(shown))
+        x = np.arange(1, len(steps) + 1)
+        running = np.array([s.tokens_per_s for s in steps])
+        per_step = np.array([1.0 / s.step_time if s.step_time > 0 else 0.0 for s in steps])
+        last = steps[-1]
+        self.speed.set_series(
+            x, {"running": running, "this step": per_step},
+            f"{last.tokens_per_s:.1f} tok/s · {last.step_time * 1000:.0f} ms/token",
+        )  # fmt: skip
+        self.entropy.set_series(
+            x, {"model": np.array([s.entropy_raw for s in steps]),
+                "after sampler": np.array([s.entropy for s in steps])},
+            f"entropy {last.entropy_raw:.2f} bits ≈ {2 ** last.entropy_raw:.0f} tokens",
+        )  # fmt: skip
+        self.speed.mark(self.selected + 1 if self.selected is not None else None)
+        self.entropy.mark(self.selected + 1 if self.selected is not None else None)
+        self.rate_label.setText(f"{len(steps)} tokens · {last.tokens_per_s:.1f} tok/s")
+
+    @Slot(int)
+    def select_step(self, index: int) -> None:
+        self.selected = index
+        self.pane.select(index)
+        self._redraw_plots()
+
+    # -- events from the runner ---------------------------------------------------------------
+
+    @Slot(bool)
+    def _on_busy(self, busy: bool) -> None:
+        self.busy_bar.setVisible(busy)
+        if not busy:
+            self.drain()  # always flush, so the last token shows
+            queued, self._after_idle = self._after_idle, []
+            for fn in queued:
+                fn()
+        self._update_buttons()
+
+    @Slot(str)
+    def _on_progress(self, message: str) -> None:
+        self.status_text.setText(message)
+
+    @Slot(object)
+    def _on_run_finished(self, summary: RunSummary) -> None:
+        self.drain()
+        self.last_summary = summary
+        reasons = {
+            "eos": "the model ended its answer",
+            "max_new_tokens": "reached the token limit (Continue for more)",
+            "context": "the model's context is full",
+            "stopped": "stopped",
+        }
+        why = reasons.get(summary.stop_reason, summary.stop_reason)
+        self.status_text.setText(
+            f"Done: {summary.tokens} tokens in {summary.seconds:.2f} s "
+            f"({summary.tokens_per_s:.1f} tokens/s); {why}."
+        )
+
+    def _update_buttons(self) -> None:
+        busy = self.runner.busy
+        has_model = self.bundle is not None
+        session = self.runner.session
+        self.act_generate.setEnabled(not busy and has_model)
+        self.act_stop.setEnabled(busy)
+        self.act_step.setEnabled(not busy and has_model)
+        self.act_continue.setEnabled(not busy and session is not None and not session.finished)
+        self.act_undo.setEnabled(not busy and self.runner.can_undo())
+        self.act_clear.setEnabled(not busy)
+        self.model_picker.setEnabled(True)
+
+    # -- errors -------------------------------------------------------------------------------
+
+    @Slot(str)
+    def show_error(self, message: str) -> None:
+        """One dialog with the message; while one is open, later errors go to the status bar."""
+        self.last_error = message
+        self.status_text.setText(message.splitlines()[0])
+        if self._closing or (self._error_box is not None and self._error_box.isVisible()):
+            return
+        box = QMessageBox(
+            QMessageBox.Icon.Warning, "Decoding Lab", message, QMessageBox.StandardButton.Ok, self
+        )
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.open()
+        self._error_box = box
+
+    # -- classroom: theme, zoom, colours --------------------------------------------------------
+
+    def toggle_theme(self) -> None:
+        self.set_theme("dark" if self.theme.name == "light" else "light")
+
+    def set_theme(self, name: str) -> None:
+        self.theme = THEMES.get(name, THEMES["light"])
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            apply_palette(app, self.theme)
+        self.act_theme.setChecked(self.theme.name == "dark")
+        self.pane.set_theme(self.theme)
+        self.dist.set_theme(self.theme)
+        self.speed.set_theme(self.theme)
+        self.entropy.set_theme(self.theme)
+        self._update_legend()
+
+    def set_zoom(self, points: int) -> None:
+        self.font_pt = max(8, min(32, points))
+        font = QFont(self.font())
+        font.setPointSize(self.font_pt)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            app.setFont(font)
+        self.setFont(font)
+        mono = QFont("DejaVu Sans Mono")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        mono.setPointSize(self.font_pt + 3)
+        self.pane.setFont(mono)
+        self.pane.document().setDefaultFont(mono)
+        prompt_font = QFont(mono)
+        prompt_font.setPointSize(self.font_pt + 1)
+        self.prompt.setFont(prompt_font)
+        for plot in (self.dist, self.speed, self.entropy):
+            plot.set_font_size(self.font_pt - 1)
+
+    def _set_color_mode(self) -> None:
+        self.pane.set_mode(self.color_mode.currentData())
+        self._update_legend()
+
+    def _update_legend(self) -> None:
+        t = self.theme
+        if self.pane.mode == COLOR_BY_RANK:
+            chips = [
+                f"<span style='background:{c}; color:{t.text}'>&nbsp;{label}&nbsp;</span>"
+                for c, label in zip(t.buckets, BUCKET_LABELS, strict=True)
+            ]
+            text = "Rank of the chosen token: " + " ".join(chips)
+        else:
+            low = f"<span style='background:{t.prob_low}; color:{t.text}'>&nbsp;0%&nbsp;</span>"
+            high = f"<span style='background:{t.prob_high}; color:{t.text}'>&nbsp;100%&nbsp;</span>"
+            text = f"Probability: {low} → {high}"
+        text += (
+            f" <span style='background:{t.forced}; color:{t.text}'>&nbsp;chosen by you&nbsp;</span>"
+        )
+        self.legend.setText(text)
+
+    # -- export -------------------------------------------------------------------------------
+
+    def export(self, kind: str, path: str | None = None) -> bool:
+        if kind != "png" and not self.steps:
+            self.show_error("Nothing to export yet: generate first.")
+            return False
+        filters = {
+            "json": "JSON (*.json)",
+            "csv": "CSV (*.csv)",
+            "png": "PNG image (*.png)",
+            "md": "Markdown (*.md)",
+        }
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(
+                self, "Export", f"decoding-lab-run.{kind}", filters[kind]
+            )
+            if not path:
+                return False
+        model = self.bundle.name if self.bundle else ""
+        settings = self.sampler.settings().to_dict()
+        prompt = self.runner.prompt_text or self.prompt.toPlainText()
+        try:
+            if kind == "png":
+                tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
+                if not self.plots.grab().save(str(tmp), "PNG"):
+                    raise OSError(f"could not write {path}")
+                tmp.replace(path)
+            elif kind == "json":
+                write_atomic(path, run_to_json(prompt, model, settings, self.steps))
+            elif kind == "csv":
+                write_atomic(path, run_to_csv(self.steps))
+            else:
+                write_atomic(path, run_to_markdown(prompt, model, settings, self.steps))
+        except OSError as exc:
+            self.show_error(f"Could not export to {path}:\n{exc}")
+            return False
+        self.status_text.setText(f"Exported {path}")
+        return True
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def save_state(self) -> None:
+        s = self.store
+        s.setValue("version", SETTINGS_VERSION)
+        s.beginGroup("window")
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("splitter", self.splitter.saveState())
+        s.setValue("theme", self.theme.name)
+        s.setValue("zoom", self.font_pt)
+        s.setValue("color_mode", self.color_mode.currentData())
+        s.setValue("top_n", self.top_n.value())
+        s.endGroup()
+        s.beginGroup("models")
+        s.setValue(
+            "last",
+            (self.bundle.source_key if self.bundle and hasattr(self.bundle, "source_key") else "")
+            or "",
+        )
+        s.setValue("recents", json.dumps(self.recents))
+        s.endGroup()
+        s.beginGroup("prompt")
+        s.setValue("text", self.prompt.toPlainText())
+        s.endGroup()
+        self.sampler.save_state(s)
+        s.sync()
+
+    def restore_state(self) -> None:
+        s = self.store
+        s.beginGroup("window")
+        geometry = s.value("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        splitter = s.value("splitter")
+        if splitter is not None:
+            self.splitter.restoreState(splitter)
+        theme = s.value("theme", "light", type=str)
+        zoom = s.value("zoom", BASE_FONT_PT, type=int)
+        mode = s.value("color_mode", COLOR_BY_RANK, type=str)
+        self.top_n.setValue(s.value("top_n", 20, type=int))
+        s.endGroup()
+        s.beginGroup("models")
+        self._initial_model = s.value("last", DEFAULT_MODEL, type=str) or DEFAULT_MODEL
+        try:
+            self.recents = [str(r) for r in json.loads(s.value("recents", "[]", type=str))][
+                :MAX_RECENTS
+            ]
+        except ValueError:
+            self.recents = []
+        s.endGroup()
+        s.beginGroup("prompt")
+        self.prompt.setPlainText(s.value("text", "", type=str))
+        s.endGroup()
+        self.sampler.restore_state(s)
+        self.color_mode.setCurrentIndex(max(0, self.color_mode.findData(mode)))
+        self.set_theme(theme)
+        self.set_zoom(zoom)
+        self._set_color_mode()
+        self._fill_model_picker()
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        self._closing = True
+        self.timer.stop()
+        self.save_state()
+        self.hide()
+        if not self.runner.shutdown():
+            self.status_text.setText("Still finishing the current job…")
+        event.accept()

@@ -1,0 +1,308 @@
+"""The only place the engine is driven from Qt.
+
+Each action (load a model, generate, step, branch, ...) runs as one ``Job`` on its own
+``QThread`` with the four classic connections. A job never touches a widget: generation jobs
+append plain ``Step`` records (and ``Truncate`` markers) to a buffer that the window drains on a
+timer. Between tokens a job reads the abort flag and any settings the user changed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from engine import EmptyPromptError, GenerationSession, ModelLoadError, SamplerSettings
+from engine.catalog import open_model
+from engine.models import ModelBundle
+from engine.records import RunSummary, Step
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """Buffer marker: drop the displayed steps from ``keep`` on (a new run, a branch, undo)."""
+
+    keep: int
+
+
+def friendly_error(exc: BaseException) -> str:
+    """One message a user can act on."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return (
+            "The device ran out of memory. Try fewer new tokens, a smaller model, or the CPU. "
+            f"({exc.__class__.__name__})"
+        )
+    if isinstance(exc, (ModelLoadError, EmptyPromptError, ValueError)):
+        return str(exc)
+    return f"{exc.__class__.__name__}: {exc}"
+
+
+class Job(QObject):
+    """Runs ``fn(job)`` once in a worker thread."""
+
+    progress = Signal(str)
+    result_ready = Signal(object)
+    failed = Signal(str)
+    finished = Signal()
+
+    def __init__(self, fn: Callable[[Job], Any], name: str) -> None:
+        super().__init__()
+        self.fn = fn
+        self.name = name
+        self.cancelled = threading.Event()
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            result = self.fn(self)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one message
+            self.failed.emit(friendly_error(exc))
+        else:
+            self.result_ready.emit(result)
+        finally:
+            self.finished.emit()
+
+
+class EngineRunner(QObject):
+    """Owns the loaded model, the generation session and the step buffer; runs one job at a
+    time. Lives in the GUI thread; the session is only used by the job that is running."""
+
+    busy_changed = Signal(bool)
+    progress = Signal(str)
+    model_loaded = Signal(object)  # ModelBundle
+    load_failed = Signal(str)
+    run_finished = Signal(object)  # RunSummary
+    failed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.bundle: ModelBundle | None = None
+        self.session: GenerationSession | None = None
+        self.buffer: deque[Step | Truncate] = deque()
+        self.prompt_text = ""
+        self.top_n = 50
+        self._job: Job | None = None
+        self._thread: QThread | None = None
+        self._lock = threading.Lock()
+        self._pending: SamplerSettings | None = None
+        self._settings = SamplerSettings()
+        self._pacing = 0.0  # max tokens per second; 0 = off
+        self._undo: list[tuple[int, list[int]]] = []
+        self._on_result: Callable[[Any], None] = lambda _r: None
+        self._on_fail: Any = self.failed
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._job is not None
+
+    @property
+    def job_name(self) -> str | None:
+        return self._job.name if self._job else None
+
+    def thread_running(self) -> bool:
+        return self._thread is not None and self._thread.isRunning()
+
+    def can_undo(self) -> bool:
+        return bool(self._undo)
+
+    # -- thread-safe controls (called from the GUI while a job runs) -----------------------------
+
+    def update_settings(self, settings: SamplerSettings) -> None:
+        """Takes effect at the next token of a running generation (or the next run)."""
+        with self._lock:
+            self._settings = settings
+            self._pending = settings
+
+    def set_pacing(self, tokens_per_second: float) -> None:
+        self._pacing = max(0.0, float(tokens_per_second))
+
+    def stop(self) -> None:
+        if self._job is not None:
+            self._job.cancelled.set()
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def load(self, source: str, device: str = "auto", dtype: str = "auto") -> bool:
+        def work(job: Job) -> ModelBundle:
+            return open_model(source, device=device, dtype=dtype, progress=job.progress.emit)
+
+        def done(bundle: ModelBundle) -> None:
+            if self._job is not None and self._job.cancelled.is_set():
+                self.progress.emit("Loading cancelled: the previous model stays loaded.")
+                return
+            self.bundle = bundle
+            self.session = None
+            self._undo.clear()
+            self.model_loaded.emit(bundle)
+
+        return self._start(Job(work, "load"), done, self.load_failed)
+
+    def generate(
+        self, prompt: str, use_chat_template: bool | None = None, limit: int | None = None
+    ) -> bool:
+        """A fresh run on ``prompt`` with the current settings (``limit`` tokens at most)."""
+        if self.bundle is None:
+            self.failed.emit("No model is loaded yet.")
+            return False
+        bundle = self.bundle
+        try:
+            ids = bundle.encode_prompt(prompt, use_chat_template)
+            with self._lock:
+                settings, self._pending = self._settings, None
+            session = GenerationSession(
+                bundle.model, ids, settings, tokenizer=bundle.tokenizer,
+                eos_token_ids=bundle.eos_token_ids, top_n=self.top_n,
+                max_context=bundle.context_length,
+            )  # fmt: skip
+        except ValueError as exc:
+            self.failed.emit(friendly_error(exc))
+            return False
+        self.session = session
+        self.prompt_text = prompt
+        self._undo.clear()
+        self.buffer.append(Truncate(0))
+        return self._start_steps(lambda: session.stream(limit), "generate")
+
+    def continue_(self, max_new_tokens: int | None = None) -> bool:
+        session = self._need_session()
+        if session is None:
+            return False
+        if session.finished:
+            self.failed.emit(
+                "The run ended with an end-of-sequence token: branch or Generate again."
+            )
+            return False
+        return self._start_steps(lambda: session.stream(max_new_tokens), "continue")
+
+    def step_once(self) -> bool:
+        session = self._need_session()
+        if session is None:
+            return False
+        if session.finished:
+            self.failed.emit("The run has ended; click a token to branch, or Generate again.")
+            return False
+        return self._start_steps(lambda: session.stream(1), "step")
+
+    def branch(self, step_index: int, token_id: int, continue_tokens: int | None = None) -> bool:
+        """Take ``token_id`` at ``step_index`` and continue from there."""
+        session = self._need_session()
+        if session is None:
+            return False
+        old = session.generated_ids[step_index:]
+        try:
+            session.branch(step_index, token_id)
+        except ValueError as exc:
+            self.failed.emit(str(exc))
+            return False
+        self._undo.append((step_index, old))
+        self.buffer.append(Truncate(step_index))
+        return self._start_steps(lambda: session.stream(continue_tokens), "branch")
+
+    def undo(self) -> bool:
+        session = self._need_session()
+        if session is None or not self._undo:
+            return False
+        step_index, old = self._undo.pop()
+        self.buffer.append(Truncate(step_index))
+        return self._start_steps(lambda: session.replay(step_index, old), "undo")
+
+    def shutdown(self, timeout_ms: int = 60000) -> bool:
+        """Stop whatever runs and wait for its thread to end (window closing)."""
+        self.stop()
+        thread = self._thread
+        if thread is not None and thread.isRunning():
+            thread.quit()
+            return thread.wait(timeout_ms)
+        return True
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _need_session(self) -> GenerationSession | None:
+        if self.session is None:
+            self.failed.emit("Generate first: there is no run to continue.")
+        return self.session
+
+    def _start_steps(self, make_iter: Callable[[], Iterator[Step]], name: str) -> bool:
+        session = self.session
+        assert session is not None
+
+        def work(job: Job) -> RunSummary:
+            with self._lock:
+                pending, self._pending = self._pending, None
+            if pending is not None:
+                session.settings = pending
+            steps = make_iter()
+            try:
+                for step in steps:
+                    self.buffer.append(step)
+                    if job.cancelled.is_set():
+                        break
+                    with self._lock:
+                        pending, self._pending = self._pending, None
+                    if pending is not None:
+                        session.settings = pending
+                    self._pace(job, step.step_time)
+            finally:
+                steps.close()  # type: ignore[attr-defined]
+            return session.summary()
+
+        return self._start(Job(work, name), self.run_finished.emit, self.failed)
+
+    def _pace(self, job: Job, spent: float) -> None:
+        rate = self._pacing
+        if rate <= 0:
+            return
+        wait = 1.0 / rate - spent
+        end = time.perf_counter() + wait
+        while wait > 0 and not job.cancelled.is_set():
+            time.sleep(min(wait, 0.02))
+            wait = end - time.perf_counter()
+
+    def _start(self, job: Job, on_result: Callable[[Any], None], on_fail: Any) -> bool:
+        if self._job is not None:
+            self.failed.emit(f"Busy ({self._job.name}): press Stop first.")
+            return False
+        thread = QThread()
+        job.moveToThread(thread)
+        # The four classic connections.
+        thread.started.connect(job.run)
+        job.finished.connect(thread.quit)
+        job.finished.connect(job.deleteLater)
+        thread.finished.connect(thread.deleteLater)
+        # Results reach the GUI thread through this object's slots (queued connections).
+        job.progress.connect(self.progress)
+        job.result_ready.connect(self._handle_result)
+        job.failed.connect(self._handle_failure)
+        thread.finished.connect(self._job_done)
+        self._on_result, self._on_fail = on_result, on_fail
+        self._job, self._thread = job, thread
+        self.busy_changed.emit(True)
+        thread.start()
+        return True
+
+    @Slot(object)
+    def _handle_result(self, result: Any) -> None:
+        self._on_result(result)
+
+    @Slot(str)
+    def _handle_failure(self, message: str) -> None:
+        self._on_fail.emit(message)
+
+    @Slot()
+    def _job_done(self) -> None:
+        self._job = None
+        self._thread = None
+        self.busy_changed.emit(False)
+
+
+def steps_of(items: Sequence[Step | Truncate]) -> list[Step]:
+    return [s for s in items if isinstance(s, Step)]
