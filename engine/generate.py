@@ -66,10 +66,12 @@ def context_length(model: torch.nn.Module) -> int | None:
 
 
 class ModelStepper:
-    """Runs the model one chunk of tokens at a time and returns the last position's logits.
+    """Runs the model on a growing (decoder) sequence and returns next-token logits.
 
-    With ``use_cache`` the stepper remembers how many ids are already in the KV cache and feeds
-    only the new ones; without it, every call re-runs the whole (decoder) sequence.
+    With ``use_cache`` the stepper remembers which ids are in its KV cache. Each call feeds only
+    what is new; if the sequence changed (a branch, rejected drafts) the cache is first cropped
+    to the common prefix, never recomputed. Without a cache every call re-runs the whole
+    sequence. The encoder of an encoder-decoder model runs once, in ``__init__``.
     """
 
     def __init__(
@@ -83,8 +85,8 @@ class ModelStepper:
         self.use_cache = use_cache
         self.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
         self._keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.cached = 0  # ids already in the cache
         self.forward_passes = 0
+        self._cached_ids: list[int] = []
         self._cache: Any = None
         self._encoder_outputs: Any = None
         self._encoder_mask: torch.Tensor | None = None
@@ -100,8 +102,13 @@ class ModelStepper:
                 )
         self.reset_cache()
 
+    @property
+    def cached(self) -> int:
+        """How many ids are in the KV cache."""
+        return len(self._cached_ids)
+
     def reset_cache(self) -> None:
-        self.cached = 0
+        self._cached_ids = []
         if not self.use_cache:
             self._cache = None
         elif self.is_encoder_decoder:
@@ -111,26 +118,39 @@ class ModelStepper:
 
     def truncate(self, length: int) -> None:
         """Forget cached positions at and after ``length`` (decoder positions)."""
+        length = max(0, length)
         if self.use_cache and self.cached > length:
             # transformers 5: crop() takes the (negative) number of positions to remove.
             self._cache.crop(length - self.cached)
-            self.cached = length
+            del self._cached_ids[length:]
+
+    def _common_prefix(self, ids: Sequence[int]) -> int:
+        n = len(self._cached_ids)
+        if list(ids[:n]) == self._cached_ids:
+            return n
+        for i, (a, b) in enumerate(zip(self._cached_ids, ids, strict=False)):
+            if a != b:
+                return i
+        return min(n, len(ids))
 
     @torch.inference_mode()
-    def logits(self, ids: Sequence[int]) -> torch.Tensor:
-        """ids: the whole decoder sequence so far. Returns logits: [1, vocab] in float32."""
+    def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
+        """ids: the whole decoder sequence so far. Returns the logits of its last ``keep``
+        positions in float32: [keep, vocab] (row j predicts the id after ids[len - keep + j]).
+        With keep == 1 the shape is [1, vocab]."""
+        if len(ids) < keep:
+            raise ValueError(f"need at least {keep} ids, got {len(ids)}")
         if self.use_cache:
-            if self.cached >= len(ids):  # nothing new to feed: recompute the last position
-                self.truncate(len(ids) - 1)
-            new = ids[self.cached :]
+            self.truncate(min(self._common_prefix(ids), len(ids) - keep))
+            new = list(ids[self.cached :])
         else:
-            new = ids
-        x = torch.tensor([list(new)], dtype=torch.long, device=self.device)  # [1, n]
+            new = list(ids)
+        x = torch.tensor([new], dtype=torch.long, device=self.device)  # [1, n]
         kwargs: dict[str, Any] = {"use_cache": self.use_cache}
         if self.use_cache:
             kwargs["past_key_values"] = self._cache
         if self._keep_last:
-            kwargs["logits_to_keep"] = 1
+            kwargs["logits_to_keep"] = keep
         if self.is_encoder_decoder:
             out = self.model(
                 encoder_outputs=self._encoder_outputs,
@@ -143,8 +163,8 @@ class ModelStepper:
         self.forward_passes += 1
         if self.use_cache:
             self._cache = out.past_key_values
-            self.cached = len(ids)
-        return out.logits[:, -1, :].float()  # [1, vocab]
+            self._cached_ids.extend(new)
+        return out.logits[0, -keep:, :].float()  # [keep, vocab]
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,8 +294,7 @@ class GenerationSession:
         self._settings = settings
         self._chain = settings.build_chain(self.prompt_length, self.eos_token_ids)
         self._forced: int | None = None
-        self._detok = IncrementalDetokenizer(tokenizer) if tokenizer is not None else None
-        self._tokens = TokenTable(tokenizer)
+        self._recorder = StepRecorder(tokenizer, top_n)
         self._generator = torch.Generator(device=self.device)
         self._run_tokens = 0
         self._run_time = 0.0
@@ -310,8 +329,7 @@ class GenerationSession:
         """Discard the tokens from ``step_index`` on (undo)."""
         del self.history[step_index:]
         del self.ids[self.prompt_length + step_index :]
-        if self._detok is not None:
-            self._detok.truncate(step_index)
+        self._recorder.truncate(step_index)
         self.stepper.truncate(len(self.ids) - 1)  # keep one id to feed for the next logits
         self.finished = False
         self.stop_reason = None
@@ -386,89 +404,115 @@ class GenerationSession:
         settings = self._settings
         logits = self.stepper.logits(self.ids)  # [1, vocab]
         ids = torch.tensor([self.ids], dtype=torch.long, device=self.device)  # [1, seq]
-        scores = apply_chain(self._chain, ids, logits)
-        probs = F.softmax(scores, dim=-1)  # [1, vocab]
+        probs = F.softmax(apply_chain(self._chain, ids, logits), dim=-1)  # [1, vocab]
         if self._forced is not None:
-            token = torch.tensor([[self._forced]], device=self.device)
+            token = torch.tensor([self._forced], device=self.device)
             source = "forced"
         elif settings.greedy:
-            token = probs.argmax(dim=-1, keepdim=True)
+            token = probs[0].argmax().reshape(1)
             source = "greedy"
         else:
             self._generator.manual_seed(_step_seed(settings.seed, index))
-            token = torch.multinomial(probs, 1, generator=self._generator)
+            token = torch.multinomial(probs[0], 1, generator=self._generator)
             source = "sample"
         forced = self._forced is not None
         self._forced = None
-        values = self._summarise(logits, probs, token)  # the one device -> host copy
+        values = summarise(logits[0], probs[0], token, self.top_n)  # one device -> host copy
         elapsed = time.perf_counter() - start  # after the copy, which waits for the device
-
-        n = min(self.top_n, self.vocab_size)
-        top_ids = [int(v) for v in values[:n]]
-        top_raw, top_prob = values[n : 2 * n], values[2 * n : 3 * n]
-        token_id, raw_p, p, rank, survivors, h_raw, h = values[3 * n :]
-        h_raw, h = abs(h_raw), abs(h)  # -0.0 from a one-hot distribution reads as 0
-        token_id = int(token_id)
-        self.ids.append(token_id)
-        piece = self._detok.push(token_id) if self._detok is not None else ""
-        is_eos = token_id in self.eos_token_ids
-        if is_eos:
+        self._run_tokens += 1
+        self._run_time += elapsed
+        record = self._recorder.record(
+            index, values, elapsed, self._run_tokens / self._run_time, self.eos_token_ids,
+            forced=forced, source=source,
+        )  # fmt: skip
+        self.ids.append(record.token_id)
+        if record.is_eos:
             self.finished, self.stop_reason = True, "eos"
         elif self.max_context is not None and len(self.ids) >= self.max_context:
             self.finished, self.stop_reason = True, "context"
-        self._run_tokens += 1
-        self._run_time += elapsed
-        record = Step(
+        self.history.append(record)
+        return record
+
+
+def summarise(
+    logits: torch.Tensor, probs: torch.Tensor, token: torch.Tensor, top_n: int
+) -> list[float]:
+    """Everything a Step record needs, computed on the model's device and copied in one go.
+
+    logits, probs: [vocab] (raw logits; probabilities after the chain); token: [1].
+    Returns top-N ids, raw and processed probabilities, then token, p_raw, p, rank,
+    survivors, entropy_raw, entropy. float64 keeps token ids exact."""
+    raw_logp = F.log_softmax(logits, dim=-1)
+    raw = raw_logp.exp()
+    top_raw, top_ids = torch.topk(raw, min(top_n, raw.shape[-1]))  # [N]
+    tok = token.reshape(1)
+    chosen_raw = raw.gather(0, tok)
+    scalars = torch.stack(
+        [
+            tok[0].double(),
+            chosen_raw[0].double(),
+            probs.gather(0, tok)[0].double(),
+            ((raw > chosen_raw).sum() + 1).double(),
+            (probs > 0).sum().double(),
+            (-torch.xlogy(raw, raw).sum() / LN2).clamp_min(0).double(),
+            (-torch.xlogy(probs, probs).sum() / LN2).clamp_min(0).double(),
+        ]
+    )
+    packed = torch.cat(
+        [top_ids.double(), top_raw.double(), probs.gather(0, top_ids).double(), scalars]
+    )
+    return packed.tolist()
+
+
+class StepRecorder:
+    """Turns the numbers from ``summarise`` into ``Step`` records, with text pieces."""
+
+    def __init__(self, tokenizer: Any | None, top_n: int) -> None:
+        self.top_n = top_n
+        self.detok = IncrementalDetokenizer(tokenizer) if tokenizer is not None else None
+        self.tokens = TokenTable(tokenizer)
+
+    def truncate(self, n: int) -> None:
+        if self.detok is not None:
+            self.detok.truncate(n)
+
+    def record(
+        self,
+        index: int,
+        values: list[float],
+        elapsed: float,
+        tokens_per_s: float,
+        eos_token_ids: Sequence[int],
+        forced: bool = False,
+        source: str = "sample",
+    ) -> Step:
+        n = (len(values) - 7) // 3
+        top_ids = [int(v) for v in values[:n]]
+        top_raw, top_prob = values[n : 2 * n], values[2 * n : 3 * n]
+        token_id, raw_p, p, rank, survivors, h_raw, h = values[3 * n :]
+        token_id = int(token_id)
+        piece = self.detok.push(token_id) if self.detok is not None else ""
+        return Step(
             index=index,
             token_id=token_id,
             text=piece,
-            token_str=self._tokens(token_id),
+            token_str=self.tokens(token_id),
             raw_prob=raw_p,
             prob=p,
             rank=int(rank),
             candidates=tuple(
-                Candidate(i, self._tokens(i), r, q)
+                Candidate(i, self.tokens(i), r, q)
                 for i, r, q in zip(top_ids, top_raw, top_prob, strict=True)
             ),
             survivors=int(survivors),
-            entropy_raw=h_raw,
-            entropy=h,
+            entropy_raw=abs(h_raw),  # -0.0 from a one-hot distribution reads as 0
+            entropy=abs(h),
             step_time=elapsed,
-            tokens_per_s=self._run_tokens / self._run_time if self._run_time > 0 else 0.0,
+            tokens_per_s=tokens_per_s,
             forced=forced,
-            is_eos=is_eos,
+            is_eos=token_id in eos_token_ids,
             source=source,
         )
-        self.history.append(record)
-        return record
-
-    def _summarise(
-        self, logits: torch.Tensor, probs: torch.Tensor, token: torch.Tensor
-    ) -> list[float]:
-        """Compute everything the record needs on the model's device and copy it in one go:
-        top-N ids / raw / processed probabilities, then token, p_raw, p, rank, survivors,
-        entropy_raw, entropy. float64 keeps token ids exact."""
-        raw_logp = F.log_softmax(logits, dim=-1)[0]  # [vocab]
-        raw = raw_logp.exp()
-        p = probs[0]
-        top_raw, top_ids = torch.topk(raw, min(self.top_n, raw.shape[-1]))  # [N]
-        tok = token.reshape(1)
-        chosen_raw = raw.gather(0, tok)
-        scalars = torch.stack(
-            [
-                tok[0].double(),
-                chosen_raw[0].double(),
-                p.gather(0, tok)[0].double(),
-                ((raw > chosen_raw).sum() + 1).double(),
-                (p > 0).sum().double(),
-                (-torch.xlogy(raw, raw).sum() / LN2).clamp_min(0).double(),
-                (-torch.xlogy(p, p).sum() / LN2).clamp_min(0).double(),
-            ]
-        )
-        packed = torch.cat(
-            [top_ids.double(), top_raw.double(), p.gather(0, top_ids).double(), scalars]
-        )
-        return packed.tolist()
 
 
 def stream_generate(

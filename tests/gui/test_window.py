@@ -258,3 +258,30 @@ def test_screenshot_after_generation(qtbot, window, tiny_dir, theme):
     path = ARTIFACTS / f"window-{theme}.png"
     assert window.grab().save(str(path))
     assert path.stat().st_size > 20000
+
+
+def test_keyboard_shortcuts_from_the_prompt(qtbot, window, tiny_dir):
+    from PySide6.QtCore import Qt
+
+    load(qtbot, window, tiny_dir)
+    set_settings(window, max_new_tokens=100000)
+    window.sampler.pacing.setValue(30)
+    window.prompt.setPlainText("keys")
+    window.activateWindow()
+    window.prompt.setFocus()
+    with qtbot.waitSignal(window.runner.run_finished, timeout=20000) as blocker:
+        qtbot.keyClick(window.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+        qtbot.waitUntil(lambda: window.runner.busy, timeout=5000)
+        qtbot.waitUntil(lambda: len(window.runner.session.history) >= 2, timeout=10000)
+        qtbot.keyClick(window.prompt, Qt.Key.Key_Escape)
+    assert blocker.args[0].stop_reason == "stopped"
+    assert window.prompt.toPlainText() == "keys"  # the shortcut did not type a newline
+
+
+def test_stop_during_load_keeps_the_previous_model(qtbot, window, tiny_dir, tiny_t5_dir):
+    load(qtbot, window, tiny_dir)
+    first = window.bundle
+    window.load_model(str(tiny_t5_dir))
+    window.stop()
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60000)
+    assert window.bundle is first
