@@ -45,6 +45,23 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
     gen.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
 
+    cmp = sub.add_parser("compare", help="run several decoding methods on one prompt, side by side")
+    cmp.add_argument("--model", default=None, help="as for generate (default: smollm2-135m)")
+    cmp.add_argument("--prompt", default=None)
+    cmp.add_argument("--no-chat-template", action="store_true")
+    cmp.add_argument("--draft-model", default=None, help="a smaller model with the same tokenizer")
+    cmp.add_argument(
+        "--methods", default=None, help="comma-separated subset, e.g. 'plain, KV cache,beam search'"
+    )
+    cmp.add_argument("--max-new-tokens", type=int, default=64)
+    cmp.add_argument("--num-beams", type=int, default=4)
+    cmp.add_argument("--gamma", type=int, default=5, help="draft tokens per target pass")
+    cmp.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    cmp.add_argument("--seed", type=int, default=0)
+    cmp.add_argument("--show-text", action="store_true", help="print each method's output")
+    cmp.add_argument("--device", default="auto")
+    cmp.add_argument("--dtype", default="auto")
+
     sub.add_parser("models", help="list the bundled models")
     return parser
 
@@ -135,6 +152,48 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from engine import ModelLoadError, SamplerSettings
+    from engine.catalog import open_model
+    from engine.compare import METHODS, compare_methods, format_table
+
+    def say(m: str) -> None:
+        print(f"[{m}]", file=sys.stderr)
+
+    try:
+        bundle = open_model(args.model, device=args.device, dtype=args.dtype, progress=say)
+        drafter = None
+        if args.draft_model:
+            drafter = open_model(
+                args.draft_model, device=args.device, dtype=args.dtype, progress=say
+            )
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(METHODS)
+    prompt = args.prompt or bundle.extra.get("example_prompt", "Once upon a time")
+    try:
+        ids = bundle.encode_prompt(
+            prompt, use_chat_template=False if args.no_chat_template else None
+        )
+        settings = SamplerSettings(temperature=args.temperature, seed=args.seed)
+        results = compare_methods(
+            bundle, ids, settings, methods, max_new_tokens=args.max_new_tokens,
+            num_beams=args.num_beams, gamma=args.gamma, drafter=drafter, progress=say,
+        )  # fmt: skip
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"model: {bundle.describe()}  prompt tokens: {len(ids)}  new tokens: {args.max_new_tokens}"
+    )
+    print(format_table(results))
+    if args.show_text:
+        for r in results:
+            print(f"\n== {r.method}\n{r.text}")
+    return 0
+
+
 def cmd_models(_args: argparse.Namespace) -> int:
     from engine.catalog import list_bundled
 
@@ -152,6 +211,8 @@ def cli(argv: list[str] | None = None) -> int:
         return cmd_generate(args)
     if args.command == "models":
         return cmd_models(args)
+    if args.command == "compare":
+        return cmd_compare(args)
     parser.print_help()
     return 0
 

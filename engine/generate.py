@@ -253,6 +253,7 @@ class GenerationSession:
         eos_token_ids: int | Iterable[int] | None = None,
         top_n: int = 20,
         max_context: int | None = None,
+        use_cache: bool = True,
     ) -> None:
         prompt_ids = [int(i) for i in prompt_ids]
         if not prompt_ids:
@@ -286,7 +287,9 @@ class GenerationSession:
                     f"{self.max_context}: shorten the prompt."
                 )
         self.prompt_length = len(self.ids)
-        self.stepper = ModelStepper(model, self.encoder_ids if self.is_encoder_decoder else None)
+        self.stepper = ModelStepper(
+            model, self.encoder_ids if self.is_encoder_decoder else None, use_cache=use_cache
+        )
         self.device = self.stepper.device
         self.history: list[Step] = []
         self.finished = False  # EOS or context end reached

@@ -28,6 +28,8 @@ class Theme:
     prob_low: str
     prob_high: str
     forced: str
+    draft: str = "#b6e3ff"  # speculative: accepted draft tokens
+    target: str = "#ffd8b5"  # speculative: tokens the target model chose
 
 
 LIGHT = Theme(
@@ -43,7 +45,7 @@ DARK = Theme(
     accent="#58a6ff", raw_bar="#3d5f8f", kept_bar="#f0883e", cut_bar="#4a4a52",
     chosen="#ff5c7a", plot_bg="#16171b", grid_alpha=0.3,
     buckets=("#1f5f35", "#6b5d12", "#7a4316", "#7d2630"),
-    prob_low="#7d2630", prob_high="#1f5f35", forced="#4b3a8f",
+    prob_low="#7d2630", prob_high="#1f5f35", forced="#4b3a8f", draft="#1d4f7a", target="#7a4a1d",
 )  # fmt: skip
 
 THEMES = {"light": LIGHT, "dark": DARK}

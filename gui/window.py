@@ -22,23 +22,31 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QProgressBar,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QSplitter,
+    QTabWidget,
     QToolBar,
     QVBoxLayout,
     QWidget,
 )
 
+from engine.beam import BeamEvent, BeamResult
 from engine.catalog import BUNDLED, DEFAULT_MODEL
+from engine.compare import MethodResult
 from engine.export import run_to_csv, run_to_json, run_to_markdown, write_atomic
+from engine.generate import StepRecorder
 from engine.models import ModelBundle
 from engine.records import RunSummary, Step
 from gui.theme import BUCKET_LABELS, THEMES, apply_palette
+from gui.widgets.beam_tree import BeamTreeView
+from gui.widgets.compare_view import CompareView
+from gui.widgets.method_panel import BEAM, SAMPLING, SPEC_DRAFT, SPEC_NGRAM, MethodPanel
 from gui.widgets.plots import DistributionPlot, SeriesPlot, step_summary
 from gui.widgets.sampler_panel import SamplerPanel
 from gui.widgets.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
-from gui.worker import EngineRunner, Truncate
+from gui.worker import EngineRunner, StatsUpdate, Truncate
 
 SETTINGS_VERSION = 1
 REDRAW_HZ = 30
@@ -81,8 +89,17 @@ class MainWindow(QMainWindow):
     # -- layout -------------------------------------------------------------------------------
 
     def _build_ui(self) -> None:
+        self.method = MethodPanel()
         self.sampler = SamplerPanel()
-        self.sampler.setMinimumWidth(330)
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(self.method)
+        ll.addWidget(self.sampler, 1)
+        self.left = QScrollArea()
+        self.left.setWidget(left)
+        self.left.setWidgetResizable(True)
+        self.left.setMinimumWidth(340)
 
         self.prompt_label = QLabel("Prompt")
         self.prompt_label.setWordWrap(True)
@@ -159,20 +176,27 @@ class MainWindow(QMainWindow):
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.speed)
         bottom.addWidget(self.entropy)
+        self.beam_tree = BeamTreeView()
+        self.compare_view = CompareView()
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("right_tabs")
+        self.tabs.addTab(dist_box, "Distribution")
+        self.tabs.addTab(self.beam_tree, "Beam tree")
+        self.tabs.addTab(self.compare_view, "Compare methods")
         self.plots = QSplitter(Qt.Orientation.Vertical)
-        self.plots.addWidget(dist_box)
+        self.plots.addWidget(self.tabs)
         self.plots.addWidget(bottom)
         self.plots.setStretchFactor(0, 3)
         self.plots.setStretchFactor(1, 2)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(self.sampler)
+        self.splitter.addWidget(self.left)
         self.splitter.addWidget(middle)
         self.splitter.addWidget(self.plots)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setStretchFactor(2, 3)
-        self.splitter.setSizes([340, 560, 820])
+        self.splitter.setSizes([350, 550, 820])
         self.setCentralWidget(self.splitter)
 
         self.model_label = QLabel("No model")
@@ -315,7 +339,13 @@ class MainWindow(QMainWindow):
         r.model_loaded.connect(self._on_model_loaded)
         r.load_failed.connect(self._on_load_failed)
         r.run_finished.connect(self._on_run_finished)
+        r.beam_finished.connect(self._on_beam_finished)
+        r.draft_loaded.connect(self._on_draft_loaded)
+        r.compare_finished.connect(self._on_compare_finished)
         r.failed.connect(self.show_error)
+        self.method.method_changed.connect(self._on_method_changed)
+        self.method.load_draft_requested.connect(self._pick_draft)
+        self.compare_view.run_requested.connect(self.run_comparison)
         self.sampler.settings_changed.connect(r.update_settings)
         self.sampler.pacing_changed.connect(r.set_pacing)
         self.pane.token_clicked.connect(self.select_step)
@@ -422,10 +452,109 @@ class MainWindow(QMainWindow):
     def generate(self) -> None:
         if self.runner.busy:
             return
-        self.runner.update_settings(self.sampler.next_run_settings())
-        if self.runner.generate(self.prompt.toPlainText(), self._use_chat()):
+        settings = self.sampler.next_run_settings()
+        self.runner.update_settings(settings)
+        method = self.method.current()
+        prompt, chat = self.prompt.toPlainText(), self._use_chat()
+        if method == BEAM:
+            self.runner.buffer.append(Truncate(0))
+            self.beam_tree.clear_tree()
+            started = self.runner.generate_beam(
+                prompt, chat, self.method.beams.value(), settings.max_new_tokens,
+                settings.no_repeat_ngram_size,
+            )  # fmt: skip
+            if started:
+                self.tabs.setCurrentWidget(self.beam_tree)
+        elif method in (SPEC_NGRAM, SPEC_DRAFT):
+            self.method.stats.setText("")
+            started = self.runner.generate_speculative(
+                prompt, chat, method == SPEC_DRAFT, self.method.gamma.value()
+            )
+        else:
+            started = self.runner.generate(prompt, chat)
+        if started:
             self.selected = None
             self.status_text.setText("Generating…")
+
+    @Slot()
+    def run_comparison(self) -> None:
+        if self.runner.busy:
+            return
+        settings = self.sampler.next_run_settings()
+        self.runner.update_settings(settings)
+        if self.runner.compare(
+            self.prompt.toPlainText(), self._use_chat(), settings.max_new_tokens,
+            self.method.beams.value(), self.method.gamma.value(),
+        ):  # fmt: skip
+            self.tabs.setCurrentWidget(self.compare_view)
+            self.status_text.setText("Comparing methods…")
+
+    @Slot()
+    def _pick_draft(self) -> None:
+        text, ok = QInputDialog.getText(
+            self, "Draft model", "A bundled name, a folder, a .gguf file or a Hugging Face id:"
+        )
+        if ok and text.strip():
+            self.load_draft(text.strip())
+
+    def load_draft(self, source: str) -> None:
+        if self.runner.busy:
+            return
+        self.status_text.setText(f"Loading draft model {source}…")
+        self.runner.load_draft(source)
+
+    @Slot(object)
+    def _on_draft_loaded(self, draft: ModelBundle) -> None:
+        self.method.draft_label.setText(draft.name)
+        self.status_text.setText(f"Draft model ready: {draft.name}")
+
+    @Slot(str)
+    def _on_method_changed(self, method: str) -> None:
+        self.pane.speculative = method in (SPEC_NGRAM, SPEC_DRAFT)
+        self._update_legend()
+        if method == BEAM:
+            self.tabs.setCurrentWidget(self.beam_tree)
+        elif self.tabs.currentWidget() is self.beam_tree:
+            self.tabs.setCurrentIndex(0)
+
+    @Slot(object)
+    def _on_beam_finished(self, result: BeamResult) -> None:
+        self.drain()
+        self.beam_tree.finish(result)
+        # Show the best hypothesis in the output pane (probabilities from the beam's log-probs).
+        recorder = StepRecorder(self.bundle.tokenizer if self.bundle else None, 1)
+        steps = []
+        nodes = self.beam_tree.nodes
+        path, node_id = [], result.best.node_id
+        while node_id in nodes:
+            path.append(nodes[node_id])
+            node_id = nodes[node_id].parent
+        for i, node in enumerate(reversed(path)):
+            p = float(np.exp(node.logprob))
+            values = [node.token_id, p, p, node.token_id, p, p, 0, 1, 0.0, 0.0]
+            step = recorder.record(
+                i,
+                values,
+                0.0,
+                result.tokens_per_s,
+                self.bundle.eos_token_ids if self.bundle else (),
+                source="beam",
+            )
+            steps.append(step)
+        self.steps = steps
+        self.pane.clear_tokens()
+        self.pane.append_steps(steps)
+        self._redraw_plots()
+        best = result.best
+        self.status_text.setText(
+            f"Beam search done: {len(best.token_ids)} tokens, score {best.score:.3f}, "
+            f"{result.forward_passes} forward passes, {result.tokens_per_s:.1f} tokens/s."
+        )
+
+    @Slot(object)
+    def _on_compare_finished(self, results: list[MethodResult]) -> None:
+        self.compare_view.show_results(results)
+        self.status_text.setText(f"Compared {len(results)} methods.")
 
     @Slot()
     def stop(self) -> None:
@@ -459,7 +588,11 @@ class MainWindow(QMainWindow):
     @Slot(int, int)
     def choose_token(self, step_index: int, token_id: int) -> None:
         """Force ``token_id`` at ``step_index`` and continue from there (a branch)."""
-        if self.runner.session is None:
+        if self.method.current() != SAMPLING or self.runner.session is None:
+            self.show_error(
+                "Choosing a token by hand works with the Sampling method: "
+                "switch to it and Generate."
+            )
             return
         if self.runner.busy:
             self.runner.stop()
@@ -504,11 +637,23 @@ class MainWindow(QMainWindow):
                 self.pane.truncate(item.keep)
                 if self.selected is not None and self.selected >= item.keep:
                     self.selected = None
+            elif isinstance(item, BeamEvent):
+                self.beam_tree.add_event(item)
+            elif isinstance(item, StatsUpdate):
+                self._show_spec_stats(item.stats)
             else:
                 new.append(item)
                 self.steps.append(item)
         self.pane.append_steps(new)
         self._redraw_plots()
+
+    def _show_spec_stats(self, st: dict) -> None:
+        by_pos = " ".join(f"{r:.0%}" for r in st["acceptance_by_position"])
+        self.method.stats.setText(
+            f"Accepted {st['accepted']} of {st['drafted']} drafts ({st['acceptance_rate']:.0%}); "
+            f"{st['mean_accepted_length']:.2f} per check; "
+            f"{st['target_passes_per_token']:.2f} target passes per token.\nBy position: {by_pos}"
+        )
 
     def _redraw_plots(self) -> None:
         steps = self.steps
@@ -623,6 +768,7 @@ class MainWindow(QMainWindow):
         self.dist.set_theme(self.theme)
         self.speed.set_theme(self.theme)
         self.entropy.set_theme(self.theme)
+        self.beam_tree.set_theme(self.theme)
         self._update_legend()
 
     def set_zoom(self, points: int) -> None:
@@ -643,6 +789,7 @@ class MainWindow(QMainWindow):
         self.prompt.setFont(prompt_font)
         for plot in (self.dist, self.speed, self.entropy):
             plot.set_font_size(self.font_pt - 1)
+        self.beam_tree.set_font_size(self.font_pt - 1)
 
     def _set_color_mode(self) -> None:
         self.pane.set_mode(self.color_mode.currentData())
@@ -650,6 +797,14 @@ class MainWindow(QMainWindow):
 
     def _update_legend(self) -> None:
         t = self.theme
+
+        def chip(color: str, label: str) -> str:
+            return f"<span style='background:{color}; color:{t.text}'>&nbsp;{label}&nbsp;</span>"
+
+        if self.pane.speculative:
+            draft, target = chip(t.draft, "draft accepted"), chip(t.target, "chosen by the target")
+            self.legend.setText(f"Speculative: {draft} {target}")
+            return
         if self.pane.mode == COLOR_BY_RANK:
             chips = [
                 f"<span style='background:{c}; color:{t.text}'>&nbsp;{label}&nbsp;</span>"
@@ -729,6 +884,7 @@ class MainWindow(QMainWindow):
         s.setValue("text", self.prompt.toPlainText())
         s.endGroup()
         self.sampler.save_state(s)
+        self.method.save_state(s)
         s.sync()
 
     def restore_state(self) -> None:
@@ -758,6 +914,7 @@ class MainWindow(QMainWindow):
         self.prompt.setPlainText(s.value("text", "", type=str))
         s.endGroup()
         self.sampler.restore_state(s)
+        self.method.restore_state(s)
         self.color_mode.setCurrentIndex(max(0, self.color_mode.findData(mode)))
         self.set_theme(theme)
         self.set_zoom(zoom)

@@ -18,9 +18,18 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine import EmptyPromptError, GenerationSession, ModelLoadError, SamplerSettings
+from engine.beam import BeamEvent, BeamResult, BeamSearch
 from engine.catalog import open_model
+from engine.compare import MethodResult, compare_methods
 from engine.models import ModelBundle
 from engine.records import RunSummary, Step
+from engine.speculative import (
+    DrafterMismatchError,
+    ModelDrafter,
+    NGramDrafter,
+    SpeculativeSession,
+    check_same_tokenizer,
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,16 @@ class Truncate:
     """Buffer marker: drop the displayed steps from ``keep`` on (a new run, a branch, undo)."""
 
     keep: int
+
+
+@dataclass(frozen=True)
+class StatsUpdate:
+    """Buffer item: the speculative run's statistics so far (a plain dict)."""
+
+    stats: dict[str, Any]
+
+
+BufferItem = Step | Truncate | StatsUpdate | BeamEvent
 
 
 def friendly_error(exc: BaseException) -> str:
@@ -39,7 +58,7 @@ def friendly_error(exc: BaseException) -> str:
             "The device ran out of memory. Try fewer new tokens, a smaller model, or the CPU. "
             f"({exc.__class__.__name__})"
         )
-    if isinstance(exc, (ModelLoadError, EmptyPromptError, ValueError)):
+    if isinstance(exc, (ModelLoadError, EmptyPromptError, DrafterMismatchError, ValueError)):
         return str(exc)
     return f"{exc.__class__.__name__}: {exc}"
 
@@ -79,13 +98,17 @@ class EngineRunner(QObject):
     model_loaded = Signal(object)  # ModelBundle
     load_failed = Signal(str)
     run_finished = Signal(object)  # RunSummary
+    beam_finished = Signal(object)  # BeamResult
+    draft_loaded = Signal(object)  # ModelBundle
+    compare_finished = Signal(object)  # list[MethodResult]
     failed = Signal(str)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.bundle: ModelBundle | None = None
         self.session: GenerationSession | None = None
-        self.buffer: deque[Step | Truncate] = deque()
+        self.buffer: deque[BufferItem] = deque()
+        self.draft: ModelBundle | None = None
         self.prompt_text = ""
         self.top_n = 50
         self._job: Job | None = None
@@ -141,6 +164,7 @@ class EngineRunner(QObject):
                 return
             self.bundle = bundle
             self.session = None
+            self.draft = None  # a draft model must match the new target's tokenizer
             self._undo.clear()
             self.model_loaded.emit(bundle)
 
@@ -214,6 +238,137 @@ class EngineRunner(QObject):
         step_index, old = self._undo.pop()
         self.buffer.append(Truncate(step_index))
         return self._start_steps(lambda: session.replay(step_index, old), "undo")
+
+    def load_draft(self, source: str) -> bool:
+        """Load a draft model for speculative decoding; it must share the target's tokenizer."""
+        target = self.bundle
+
+        def work(job: Job) -> ModelBundle:
+            draft = open_model(source, progress=job.progress.emit)
+            if target is not None:
+                check_same_tokenizer(target.tokenizer, draft.tokenizer)
+            return draft
+
+        def done(draft: ModelBundle) -> None:
+            self.draft = draft
+            self.draft_loaded.emit(draft)
+
+        return self._start(Job(work, "load draft"), done, self.load_failed)
+
+    def generate_beam(
+        self, prompt: str, use_chat_template: bool | None, num_beams: int, max_new_tokens: int,
+        no_repeat_ngram_size: int = 0,
+    ) -> bool:  # fmt: skip
+        """Beam search: each step's candidates go to the buffer as ``BeamEvent`` records."""
+        prepared = self._prepare(prompt, use_chat_template)
+        if prepared is None:
+            return False
+        bundle, ids = prepared
+        search = BeamSearch(
+            bundle.model, ids, num_beams=num_beams, max_new_tokens=max_new_tokens,
+            no_repeat_ngram_size=no_repeat_ngram_size, eos_token_ids=bundle.eos_token_ids,
+            tokenizer=bundle.tokenizer,
+        )  # fmt: skip
+
+        def work(job: Job) -> BeamResult | None:
+            events = search.events()
+            try:
+                for event in events:
+                    self.buffer.append(event)
+                    if job.cancelled.is_set():
+                        return None
+            finally:
+                events.close()
+            return search.result
+
+        def done(result: BeamResult | None) -> None:
+            if result is not None:
+                self.beam_finished.emit(result)
+
+        self.session = None
+        self._undo.clear()
+        return self._start(Job(work, "beam search"), done, self.failed)
+
+    def generate_speculative(
+        self, prompt: str, use_chat_template: bool | None, use_draft_model: bool, gamma: int
+    ) -> bool:
+        """Speculative decoding; steps carry source "draft" (accepted) or "target"."""
+        prepared = self._prepare(prompt, use_chat_template)
+        if prepared is None:
+            return False
+        bundle, ids = prepared
+        with self._lock:
+            settings = self._settings
+        if use_draft_model:
+            if self.draft is None:
+                self.failed.emit("Load a draft model first (Method panel, Draft model: Load…).")
+                return False
+            enc = ids if self.draft.is_encoder_decoder else None
+            drafter: ModelDrafter | NGramDrafter = ModelDrafter(self.draft.model, enc)
+        else:
+            drafter = NGramDrafter()
+        try:
+            spec = SpeculativeSession(
+                bundle.model, ids, drafter, settings, tokenizer=bundle.tokenizer,
+                eos_token_ids=bundle.eos_token_ids, gamma=gamma, top_n=self.top_n,
+                seed=settings.seed, max_context=bundle.context_length,
+            )  # fmt: skip
+        except ValueError as exc:
+            self.failed.emit(friendly_error(exc))
+            return False
+
+        def work(job: Job) -> RunSummary:
+            steps = spec.stream(settings.max_new_tokens)
+            try:
+                for step in steps:
+                    self.buffer.append(step)
+                    self.buffer.append(StatsUpdate(spec.stats.to_dict()))
+                    if job.cancelled.is_set():
+                        break
+                    self._pace(job, step.step_time)
+            finally:
+                steps.close()
+            st = spec.stats
+            reason = spec.stop_reason or "stopped"
+            ids = tuple(spec.generated_ids)
+            return RunSummary(st.generated, st.seconds, st.tokens_per_s, reason, spec.text, ids)
+
+        self.session = None
+        self._undo.clear()
+        self.buffer.append(Truncate(0))
+        return self._start(Job(work, "speculative"), self.run_finished.emit, self.failed)
+
+    def compare(
+        self, prompt: str, use_chat_template: bool | None, max_new_tokens: int, num_beams: int,
+        gamma: int,
+    ) -> bool:  # fmt: skip
+        prepared = self._prepare(prompt, use_chat_template)
+        if prepared is None:
+            return False
+        bundle, ids = prepared
+        draft = self.draft
+        with self._lock:
+            settings = self._settings
+
+        def work(job: Job) -> list[MethodResult]:
+            return compare_methods(
+                bundle, ids, settings, max_new_tokens=max_new_tokens, num_beams=num_beams,
+                gamma=gamma, drafter=draft, progress=job.progress.emit,
+            )  # fmt: skip
+
+        return self._start(Job(work, "compare"), self.compare_finished.emit, self.failed)
+
+    def _prepare(
+        self, prompt: str, use_chat_template: bool | None
+    ) -> tuple[ModelBundle, list[int]] | None:
+        if self.bundle is None:
+            self.failed.emit("No model is loaded yet.")
+            return None
+        try:
+            return self.bundle, self.bundle.encode_prompt(prompt, use_chat_template)
+        except ValueError as exc:
+            self.failed.emit(friendly_error(exc))
+            return None
 
     def shutdown(self, timeout_ms: int = 60000) -> bool:
         """Stop whatever runs and wait for its thread to end (window closing)."""
@@ -304,5 +459,5 @@ class EngineRunner(QObject):
         self.busy_changed.emit(False)
 
 
-def steps_of(items: Sequence[Step | Truncate]) -> list[Step]:
+def steps_of(items: Sequence[BufferItem]) -> list[Step]:
     return [s for s in items if isinstance(s, Step)]

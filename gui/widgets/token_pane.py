@@ -50,6 +50,7 @@ class TokenPane(QTextEdit):
         self.steps: list[Step] = []
         self._spans: list[tuple[int, int]] = []  # document positions of each step's text
         self.selected: int | None = None
+        self.speculative = False  # colour by who produced each token: drafter or target
 
     # -- content ------------------------------------------------------------------------------
 
@@ -109,6 +110,10 @@ class TokenPane(QTextEdit):
     def color_for(self, step: Step) -> QColor:
         if step.forced:
             return QColor(self.theme.forced)
+        if step.source == "draft":
+            return QColor(self.theme.draft)
+        if step.source == "target":
+            return QColor(self.theme.target)
         if self.mode == COLOR_BY_PROB:
             return mix(self.theme.prob_low, self.theme.prob_high, step.raw_prob)
         return QColor(self.theme.buckets[bucket_of(step.rank)])

@@ -1,0 +1,61 @@
+import pytest
+from transformers import ByT5Tokenizer
+
+from engine import SamplerSettings
+from engine.compare import (
+    BEAM,
+    METHODS,
+    PLAIN,
+    PLAIN_NO_CACHE,
+    SPEC_NGRAM,
+    compare_methods,
+    format_table,
+)
+from engine.models import make_bundle
+from engine.speculative import DrafterMismatchError
+from tiny_models import tiny_llama
+
+
+def test_compare_all_methods_on_a_tiny_model():
+    bundle = make_bundle(tiny_llama(0), ByT5Tokenizer(), name="tiny")
+    drafter = make_bundle(tiny_llama(1), ByT5Tokenizer(), name="tiny-draft")
+    ids = [5, 17, 33, 90, 41, 7] * 3
+    results = compare_methods(
+        bundle,
+        ids,
+        SamplerSettings(temperature=0),
+        METHODS,
+        max_new_tokens=20,
+        num_beams=3,
+        gamma=3,
+        drafter=drafter,
+    )
+    by = {r.method.split(" (")[0]: r for r in results}
+    assert set(by) == set(METHODS)
+    for name in (PLAIN, PLAIN_NO_CACHE, "speculative, draft model", SPEC_NGRAM):
+        assert by[name].identical_to_greedy and by[name].tokens == 20
+    assert by[PLAIN].forward_passes == 20 == by[PLAIN_NO_CACHE].forward_passes
+    assert by["speculative, draft model"].acceptance is not None
+    assert by[BEAM].acceptance is None
+    table = format_table(results)
+    assert "tokens/s" in table and len(table.splitlines()) == 2 + len(METHODS)
+
+
+def test_compare_refuses_a_mismatched_draft_model():
+    from tokenizers import Tokenizer, models
+    from transformers import GPT2TokenizerFast
+
+    other = GPT2TokenizerFast(
+        tokenizer_object=Tokenizer(models.BPE(vocab={"a": 0, "b": 1}, merges=[]))
+    )
+    bundle = make_bundle(tiny_llama(0), ByT5Tokenizer())
+    drafter = make_bundle(tiny_llama(1), other)
+    with pytest.raises(DrafterMismatchError):
+        compare_methods(
+            bundle,
+            [5, 6, 7],
+            SamplerSettings(temperature=0),
+            ["speculative, draft model"],
+            max_new_tokens=4,
+            drafter=drafter,
+        )

@@ -1,0 +1,108 @@
+"""Beam search, speculative decoding and the comparison view in the window."""
+
+import pytest
+from conftest import load, run
+from tokenizers import Tokenizer, models
+from transformers import GPT2TokenizerFast
+
+from engine import GenerationSession
+from engine.beam import beam_search
+from gui.widgets.method_panel import BEAM, SPEC_DRAFT, SPEC_NGRAM
+from tiny_models import tiny_llama
+
+
+def set_settings(window, **changes):
+    window.sampler.set_settings(window.sampler.settings().with_(**changes))
+
+
+def greedy_ids(window, prompt, n):
+    b = window.bundle
+    ids = b.encode_prompt(prompt, use_chat_template=False)
+    s = GenerationSession(
+        b.model,
+        ids,
+        window.sampler.settings().with_(temperature=0, max_new_tokens=n),
+        eos_token_ids=b.eos_token_ids,
+    )
+    return [x.token_id for x in s.stream()]
+
+
+def test_beam_search_draws_a_tree_and_shows_the_best(qtbot, window, tiny_dir):
+    load(qtbot, window, tiny_dir)
+    window.method.set_current(BEAM)
+    window.method.beams.setValue(3)
+    set_settings(window, max_new_tokens=10)
+    window.prompt.setPlainText("beams")
+    with qtbot.waitSignal(window.runner.beam_finished, timeout=60000) as blocker:
+        window.generate()
+    qtbot.waitUntil(lambda: not window.runner.busy)
+    result = blocker.args[0]
+    b = window.bundle
+    ref = beam_search(
+        b.model,
+        b.encode_prompt("beams", use_chat_template=False),
+        num_beams=3,
+        max_new_tokens=10,
+        eos_token_ids=b.eos_token_ids,
+    )
+    assert result.token_ids == ref.token_ids
+    assert window.beam_tree.best_path() == ref.token_ids
+    assert [s.token_id for s in window.pane.steps] == ref.token_ids
+    assert len(window.beam_tree.events) == ref.steps
+    assert window.tabs.currentWidget() is window.beam_tree
+    window.dist.bar_clicked.emit(0, 5)
+    assert "Sampling method" in window.last_error
+
+
+@pytest.mark.parametrize("method", [SPEC_NGRAM, SPEC_DRAFT])
+def test_speculative_equals_greedy_with_sources_and_stats(qtbot, window, tiny_dir, method):
+    load(qtbot, window, tiny_dir)
+    if method == SPEC_DRAFT:
+        with qtbot.waitSignal(window.runner.draft_loaded, timeout=60000):
+            window.load_draft(str(tiny_dir))  # the target drafting for itself: all accepted
+        qtbot.waitUntil(lambda: not window.runner.busy)
+        assert window.method.draft_label.text() == "tiny-llama"
+    window.method.set_current(method)
+    window.method.gamma.setValue(4)
+    set_settings(window, temperature=0, max_new_tokens=20)
+    window.prompt.setPlainText("ab ab ab ab ab")
+    run(qtbot, window, window.generate)
+    assert [s.token_id for s in window.steps] == greedy_ids(window, "ab ab ab ab ab", 20)
+    sources = {s.source for s in window.steps}
+    assert sources <= {"draft", "target"} and "target" in sources
+    assert window.method.stats.text().startswith("Accepted")
+    assert "draft accepted" in window.legend.text()
+    if method == SPEC_DRAFT:
+        assert "draft" in sources and "(100%)" in window.method.stats.text()
+        assert window.pane.color_for(window.steps[0]).name() == window.theme.draft
+
+
+def test_mismatched_draft_model_is_refused(qtbot, window, tiny_dir, tmp_path):
+    load(qtbot, window, tiny_dir)
+    other = tmp_path / "other"
+    tiny_llama(1, vocab=384).save_pretrained(other)
+    vocab = {chr(97 + i): i for i in range(26)}
+    GPT2TokenizerFast(
+        tokenizer_object=Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    ).save_pretrained(other)
+    with qtbot.waitSignal(window.runner.load_failed, timeout=60000):
+        window.load_draft(str(other))
+    qtbot.waitUntil(lambda: not window.runner.busy)
+    assert "different tokenizer" in window.last_error
+    assert window.runner.draft is None
+
+
+def test_compare_view_fills_the_table(qtbot, window, tiny_dir):
+    load(qtbot, window, tiny_dir)
+    set_settings(window, temperature=0, max_new_tokens=12)
+    window.prompt.setPlainText("compare compare compare")
+    with qtbot.waitSignal(window.runner.compare_finished, timeout=120000) as blocker:
+        window.compare_view.run.click()
+    qtbot.waitUntil(lambda: not window.runner.busy)
+    results = blocker.args[0]
+    table = window.compare_view.table
+    assert table.rowCount() == len(results) == 4  # no draft model loaded: four methods
+    methods = [table.item(r, 0).text() for r in range(table.rowCount())]
+    assert methods[0] == "plain, no cache" and methods[1] == "plain, KV cache"
+    assert table.item(1, 5).text() == "yes" and table.item(3, 5).text() == "yes"
+    assert window.tabs.currentWidget() is window.compare_view
