@@ -99,7 +99,7 @@ class MainWindow(QMainWindow):
         self.left = QScrollArea()
         self.left.setWidget(left)
         self.left.setWidgetResizable(True)
-        self.left.setMinimumWidth(340)
+        self.left.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
         self.prompt_label = QLabel("Prompt")
         self.prompt_label.setWordWrap(True)
@@ -214,7 +214,16 @@ class MainWindow(QMainWindow):
         sb.addWidget(self.busy_bar)
         sb.addWidget(self.status_text, 1)
         sb.addPermanentWidget(self.rate_label)
-        self.resize(1720, 980)
+        self._fit_to_screen()
+
+    def _fit_to_screen(self) -> None:
+        """First start: fill most of the screen (saved geometry wins later)."""
+        screen = QApplication.primaryScreen()
+        if screen is None:
+            self.resize(1600, 900)
+            return
+        area = screen.availableGeometry()
+        self.resize(min(1720, int(area.width() * 0.96)), min(1000, int(area.height() * 0.94)))
 
     def _build_actions(self) -> None:
         tb = QToolBar("Main")
@@ -790,6 +799,15 @@ class MainWindow(QMainWindow):
         for plot in (self.dist, self.speed, self.entropy):
             plot.set_font_size(self.font_pt - 1)
         self.beam_tree.set_font_size(self.font_pt - 1)
+        QTimer.singleShot(0, self._fit_left_column)  # after the new font reaches the widgets
+
+    def _fit_left_column(self) -> None:
+        """The controls column is as wide as its contents need (they change with the zoom)."""
+        inner = self.left.widget()
+        inner.adjustSize()
+        scrollbar = self.left.verticalScrollBar().sizeHint().width()
+        frame = 2 * self.left.frameWidth()
+        self.left.setMinimumWidth(inner.sizeHint().width() + scrollbar + frame + 4)
 
     def _set_color_mode(self) -> None:
         self.pane.set_mode(self.color_mode.currentData())

@@ -34,6 +34,10 @@ class MethodPanel(QGroupBox):
         self.method.addItem("Speculative: n-gram drafts", SPEC_NGRAM)
         self.method.addItem("Speculative: draft model", SPEC_DRAFT)
         self.method.setToolTip("How the next tokens are chosen.")
+        self.method.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.method.setMinimumContentsLength(8)
         form.addRow("Method", self.method)
         self.beams = QSpinBox()
         self.beams.setObjectName("num_beams")

@@ -181,6 +181,11 @@ class SamplerPanel(QGroupBox):
         )
         form.addRow("Pacing", self.pacing)
 
+        for combo in (self.preset, self.order):  # long entries must not widen the panel
+            combo.setSizeAdjustPolicy(
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            combo.setMinimumContentsLength(8)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addStretch(1)
