@@ -79,8 +79,12 @@ def test_second_load_comes_from_cache_and_truncation_is_rebuilt(smol, cache_dir)
     folder = gguf_cache_folder(BUNDLED["smollm2-135m"].path, torch.float32)
     assert (folder / MANIFEST).is_file()
     weights = folder / "model.safetensors"
-    with open(weights, "r+b") as f:  # simulate an interrupted write
-        f.truncate(weights.stat().st_size // 2)
+    # Simulate a half-written file. Loaded models memory-map the weights, so replace the file
+    # (new inode) instead of truncating it under them, as a real interrupted write would.
+    partial = folder / "partial.tmp"
+    with open(weights, "rb") as src, open(partial, "wb") as dst:
+        dst.write(src.read(weights.stat().st_size // 2))
+    partial.replace(weights)
     messages.clear()
     rebuilt = load_bundled("smollm2-135m", device="cpu", progress=messages.append)
     assert any("incomplete" in m for m in messages) and any("Converting" in m for m in messages)
