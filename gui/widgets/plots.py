@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import QWidget
 
 from engine.records import Step
@@ -86,7 +86,7 @@ class DistributionPlot(pg.PlotWidget):
         plot = self.getPlotItem()
         for name in ("left", "bottom"):
             plot.getAxis(name).setStyle(tickFont=font)
-        plot.getAxis("left").setWidth(int(points * 11))
+        self._tick_font = font
         self.cut_label.setFont(font)
         plot.titleLabel.setAttr("size", f"{points + 1}pt")
         if self.step is not None:
@@ -139,7 +139,13 @@ class DistributionPlot(pg.PlotWidget):
             self.cut_line.hide()
             self.cut_label.setText("")
         ticks = [(i, f"{i + 1}. {_short(c.text)}") for i, c in enumerate(cands)]
-        plot.getAxis("left").setTicks([ticks])
+        axis = plot.getAxis("left")
+        axis.setTicks([ticks])
+        # wide enough for the longest label: pyqtgraph drops labels that do not fit
+        metrics = QFontMetrics(getattr(self, "_tick_font", QFont()))
+        needed = max((metrics.horizontalAdvance(t) for _, t in ticks), default=40) + 16
+        if abs(axis.width() - needed) > 8:
+            axis.setWidth(needed)
         top = max(float(raw.max(initial=0)), float(proc.max(initial=0)))
         self.setXRange(0, max(0.05, min(1.0, top * 1.1)), padding=0.02)
         self.setYRange(-0.6, max(n, self.top_n) - 0.4, padding=0)
