@@ -16,6 +16,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -31,6 +32,18 @@ LN2 = math.log(2.0)
 
 class EmptyPromptError(ValueError):
     """The prompt has no tokens to condition on."""
+
+
+class NonFiniteLogitsError(RuntimeError):
+    """The model produced NaN or infinite scores (broken weights, or a dtype overflow)."""
+
+    def __init__(self, step_index: int) -> None:
+        super().__init__(
+            f"The model produced NaN or infinite scores at step {step_index + 1}, so generation "
+            "stopped there. Its weights may be damaged, or the number format overflowed: try "
+            "float32 or another model."
+        )
+        self.step_index = step_index
 
 
 def _as_id_list(ids: int | Iterable[int] | None) -> list[int]:
@@ -254,6 +267,7 @@ class GenerationSession:
         top_n: int = 20,
         max_context: int | None = None,
         use_cache: bool = True,
+        keep_candidates: int | None = None,
     ) -> None:
         prompt_ids = [int(i) for i in prompt_ids]
         if not prompt_ids:
@@ -287,6 +301,9 @@ class GenerationSession:
                     f"{self.max_context}: shorten the prompt."
                 )
         self.prompt_length = len(self.ids)
+        # Memory bound for long runs: only the last `keep_candidates` records keep all top-N
+        # candidates; older ones keep their top 5.
+        self.keep_candidates = keep_candidates
         self.stepper = ModelStepper(
             model, self.encoder_ids if self.is_encoder_decoder else None, use_cache=use_cache
         )
@@ -406,6 +423,10 @@ class GenerationSession:
         index = len(self.history)
         settings = self._settings
         logits = self.stepper.logits(self.ids)  # [1, vocab]
+        # A broken model gives NaN/inf: sample from something harmless, then refuse the step
+        # once the flag arrives with the one copy below (no extra device sync per token).
+        finite = torch.isfinite(logits).all()
+        logits = torch.where(finite, logits, torch.zeros_like(logits))
         ids = torch.tensor([self.ids], dtype=torch.long, device=self.device)  # [1, seq]
         probs = F.softmax(apply_chain(self._chain, ids, logits), dim=-1)  # [1, vocab]
         if self._forced is not None:
@@ -420,8 +441,10 @@ class GenerationSession:
             source = "sample"
         forced = self._forced is not None
         self._forced = None
-        values = summarise(logits[0], probs[0], token, self.top_n)  # one device -> host copy
+        values = summarise(logits[0], probs[0], token, self.top_n, finite)  # one copy to host
         elapsed = time.perf_counter() - start  # after the copy, which waits for the device
+        if values[-1] != 1.0:
+            raise NonFiniteLogitsError(index)
         self._run_tokens += 1
         self._run_time += elapsed
         record = self._recorder.record(
@@ -434,17 +457,27 @@ class GenerationSession:
         elif self.max_context is not None and len(self.ids) >= self.max_context:
             self.finished, self.stop_reason = True, "context"
         self.history.append(record)
+        keep = self.keep_candidates
+        if keep is not None and len(self.history) > keep:
+            old = self.history[-keep - 1]
+            if len(old.candidates) > 5:
+                self.history[-keep - 1] = replace(old, candidates=old.candidates[:5])
         return record
 
 
 def summarise(
-    logits: torch.Tensor, probs: torch.Tensor, token: torch.Tensor, top_n: int
+    logits: torch.Tensor,
+    probs: torch.Tensor,
+    token: torch.Tensor,
+    top_n: int,
+    finite: torch.Tensor | None = None,
 ) -> list[float]:
     """Everything a Step record needs, computed on the model's device and copied in one go.
 
     logits, probs: [vocab] (raw logits; probabilities after the chain); token: [1].
     Returns top-N ids, raw and processed probabilities, then token, p_raw, p, rank,
-    survivors, entropy_raw, entropy. float64 keeps token ids exact."""
+    survivors, entropy_raw, entropy, and 1.0 if the logits were finite. float64 keeps token ids
+    exact."""
     raw_logp = F.log_softmax(logits, dim=-1)
     raw = raw_logp.exp()
     top_raw, top_ids = torch.topk(raw, min(top_n, raw.shape[-1]))  # [N]
@@ -459,6 +492,7 @@ def summarise(
             (probs > 0).sum().double(),
             (-torch.xlogy(raw, raw).sum() / LN2).clamp_min(0).double(),
             (-torch.xlogy(probs, probs).sum() / LN2).clamp_min(0).double(),
+            (finite if finite is not None else torch.isfinite(logits).all()).double(),
         ]
     )
     packed = torch.cat(
@@ -489,10 +523,10 @@ class StepRecorder:
         forced: bool = False,
         source: str = "sample",
     ) -> Step:
-        n = (len(values) - 7) // 3
+        n = (len(values) - 8) // 3
         top_ids = [int(v) for v in values[:n]]
         top_raw, top_prob = values[n : 2 * n], values[2 * n : 3 * n]
-        token_id, raw_p, p, rank, survivors, h_raw, h = values[3 * n :]
+        token_id, raw_p, p, rank, survivors, h_raw, h, _finite = values[3 * n :]
         token_id = int(token_id)
         piece = self.detok.push(token_id) if self.detok is not None else ""
         return Step(

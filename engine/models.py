@@ -199,22 +199,25 @@ def load_model(
     say("Reading the configuration")
     try:
         config = AutoConfig.from_pretrained(location, **kwargs)
-    except (OSError, ValueError, KeyError) as exc:
+    except Exception as exc:  # noqa: BLE001 - every reader error becomes one message
         raise ModelLoadError(f"Could not read a model configuration from {source}: {exc}") from exc
     check_generative(config, source)
     auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     say("Loading the tokenizer")
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - every reader error becomes one message
         raise ModelLoadError(f"Could not load the tokenizer of {source}: {exc}") from exc
     say("Loading the weights")
     try:
         model = auto.from_pretrained(location, dtype=torch_dtype, **kwargs)
     except torch.OutOfMemoryError as exc:
         raise ModelLoadError(f"Out of memory while loading {source}: {exc}") from exc
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ModelLoadError(f"Could not load the weights of {source}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - safetensors, GGUF readers and others have their own
+        raise ModelLoadError(
+            f"Could not load the weights of {source}: the files may be damaged or incomplete "
+            f"({exc.__class__.__name__}: {exc})"
+        ) from exc
     model.to(dev)
     model.eval()
     return make_bundle(model, tokenizer, source=source, name=name, device=dev, dtype=torch_dtype)
@@ -313,8 +316,11 @@ def converted_gguf(path: Path, dtype: torch.dtype, say: Callable[[str], None] = 
         model = AutoModelForCausalLM.from_pretrained(
             path.parent, gguf_file=path.name, dtype=torch.float32
         )
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ModelLoadError(f"Could not load the GGUF file {path.name}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - gguf raises many kinds of errors
+        raise ModelLoadError(
+            f"Could not load the GGUF file {path.name}: it may be damaged, or its architecture "
+            f"is one transformers cannot read ({exc.__class__.__name__}: {exc})"
+        ) from exc
     model.to(dtype)
     # The weights are dequantised now; drop the GGUF marker so they can be saved as they are.
     model.hf_quantizer = None

@@ -234,9 +234,15 @@ class MinNewTokens(LogitsProcessor):
 def apply_chain(
     chain: Sequence[LogitsProcessor], input_ids: torch.Tensor, scores: torch.Tensor
 ) -> torch.Tensor:
-    """Run the processors in order. scores: [batch, vocab] -> [batch, vocab]."""
+    """Run the processors in order. scores: [batch, vocab] -> [batch, vocab].
+
+    A stage that would remove every token of a row (no-repeat-ngram once every token has been
+    used, say) is skipped for that row, so the distribution is never empty. torch.where keeps
+    this free of device synchronisation."""
     for processor in chain:
-        scores = processor(input_ids, scores)
+        new = processor(input_ids, scores)
+        emptied = (new == NEG_INF).all(dim=-1, keepdim=True)  # [batch, 1]
+        scores = torch.where(emptied, scores, new)
     return scores
 
 

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from engine.generate import (
     EmptyPromptError,
     ModelStepper,
+    NonFiniteLogitsError,
     StepRecorder,
     _as_id_list,
     context_length,
@@ -372,6 +373,9 @@ class SpeculativeSession:
             sources.append("target")
         values = [summarise(logits[i], p[i], tok, self.top_n) for i, tok in enumerate(tokens)]
         elapsed = time.perf_counter() - start  # after the copies, which wait for the device
+        for i, vals in enumerate(values):
+            if vals[-1] != 1.0:
+                raise NonFiniteLogitsError(len(self.history) + i)
         self.stats.seconds += elapsed
         per_token = elapsed / len(values)
         steps = []

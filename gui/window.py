@@ -4,10 +4,12 @@ and are drawn by a 30 Hz timer, so the generation rate never drives the screen r
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QSettings, Qt, QTimer, Slot
+from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -35,10 +37,18 @@ from PySide6.QtWidgets import (
 from engine.beam import BeamEvent, BeamResult
 from engine.catalog import BUNDLED, DEFAULT_MODEL
 from engine.compare import MethodResult
-from engine.export import run_to_csv, run_to_json, run_to_markdown, write_atomic
+from engine.export import (
+    run_to_csv,
+    run_to_json,
+    run_to_markdown,
+    step_to_dict,
+    steps_from_dict,
+    write_atomic,
+)
 from engine.generate import StepRecorder
 from engine.models import ModelBundle
 from engine.records import RunSummary, Step
+from engine.settings import SamplerSettings
 from gui.theme import BUCKET_LABELS, THEMES, apply_palette
 from gui.widgets.beam_tree import BeamTreeView
 from gui.widgets.compare_view import CompareView
@@ -46,22 +56,46 @@ from gui.widgets.method_panel import BEAM, SAMPLING, SPEC_DRAFT, SPEC_NGRAM, Met
 from gui.widgets.plots import DistributionPlot, SeriesPlot, step_summary
 from gui.widgets.sampler_panel import SamplerPanel
 from gui.widgets.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
-from gui.worker import EngineRunner, StatsUpdate, Truncate
+from gui.worker import KEEP_CANDIDATES, EngineRunner, StatsUpdate, Truncate
 
 SETTINGS_VERSION = 1
 REDRAW_HZ = 30
 MAX_RECENTS = 8
 BASE_FONT_PT = 12
 OPEN_FOLDER, OPEN_GGUF, OPEN_HUB = "action:folder", "action:gguf", "action:hub"
+AUTOSAVE_MS = 2000  # while something changed, write the autosave at most this often
+
+
+def lighten(step: Step) -> Step:
+    """The same record with its top 5 candidates only (enough for the hover text)."""
+    return replace(step, candidates=step.candidates[:5]) if len(step.candidates) > 5 else step
+
+
+def default_autosave_path() -> Path:
+    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
+    return Path(base or Path.home() / ".decoding-lab") / "autosave.json"
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, store: QSettings | None = None, autoload: bool = True) -> None:
+    def __init__(
+        self,
+        store: QSettings | None = None,
+        autoload: bool = True,
+        autosave_path: Path | None = None,
+    ) -> None:
         super().__init__()
+        self.autosave_path = Path(autosave_path) if autosave_path else default_autosave_path()
+        self.restored_from_autosave = False
         self.setWindowTitle("Decoding Lab")
         self.store = store or QSettings("DecodingLab", "Decoding Lab")
         self.runner = EngineRunner(self)
         self.steps: list[Step] = []
+        # Per-step values kept incrementally, so a redraw never walks the whole run:
+        # plot series and each step's autosave JSON (serialised once, when it arrives).
+        self._series: dict[str, list[float]] = {
+            k: [] for k in ("running", "per_step", "h_raw", "h")
+        }
+        self._saved: list[str] = []
         self.selected: int | None = None
         self.bundle: ModelBundle | None = None
         self.recents: list[str] = []
@@ -82,6 +116,13 @@ class MainWindow(QMainWindow):
         self.timer.setInterval(1000 // REDRAW_HZ)
         self.timer.timeout.connect(self.drain)
         self.timer.start()
+        self.autosave_timer = QTimer(self)
+        self.autosave_timer.setSingleShot(True)
+        self.autosave_timer.setInterval(AUTOSAVE_MS)
+        self.autosave_timer.timeout.connect(self.autosave)
+        self.prompt.textChanged.connect(self._changed)
+        self.sampler.settings_changed.connect(self._changed)
+        self.restore_autosave()
         self._update_buttons()
         if autoload:
             QTimer.singleShot(0, lambda: self.load_model(self._initial_model))
@@ -540,7 +581,7 @@ class MainWindow(QMainWindow):
             node_id = nodes[node_id].parent
         for i, node in enumerate(reversed(path)):
             p = float(np.exp(node.logprob))
-            values = [node.token_id, p, p, node.token_id, p, p, 0, 1, 0.0, 0.0]
+            values = [node.token_id, p, p, node.token_id, p, p, 0, 1, 0.0, 0.0, 1.0]
             step = recorder.record(
                 i,
                 values,
@@ -550,10 +591,9 @@ class MainWindow(QMainWindow):
                 source="beam",
             )
             steps.append(step)
-        self.steps = steps
-        self.pane.clear_tokens()
-        self.pane.append_steps(steps)
-        self._redraw_plots()
+        self.runner.buffer.append(Truncate(0))
+        self.runner.buffer.extend(steps)
+        self.drain()
         best = result.best
         self.status_text.setText(
             f"Beam search done: {len(best.token_ids)} tokens, score {best.score:.3f}, "
@@ -619,6 +659,9 @@ class MainWindow(QMainWindow):
         self.runner.buffer.clear()
         self.runner.session = None
         self.steps.clear()
+        self._saved.clear()
+        for values in self._series.values():
+            values.clear()
         self.selected = None
         self.pane.clear_tokens()
         self.dist.set_step(None)
@@ -643,6 +686,9 @@ class MainWindow(QMainWindow):
                 self.pane.append_steps(new)
                 new = []
                 del self.steps[item.keep :]
+                del self._saved[item.keep :]
+                for values in self._series.values():
+                    del values[item.keep :]
                 self.pane.truncate(item.keep)
                 if self.selected is not None and self.selected >= item.keep:
                     self.selected = None
@@ -653,8 +699,77 @@ class MainWindow(QMainWindow):
             else:
                 new.append(item)
                 self.steps.append(item)
+                self._track(item)
+        before = len(self.steps) - len(new)
         self.pane.append_steps(new)
+        # Memory bound: steps older than the last KEEP_CANDIDATES keep only their top 5.
+        for i in range(max(0, before - KEEP_CANDIDATES), len(self.steps) - KEEP_CANDIDATES):
+            self.steps[i] = self.pane.steps[i] = lighten(self.steps[i])
         self._redraw_plots()
+        self._changed()
+
+    # -- autosave: nothing lost, even if the process is killed -----------------------------------
+
+    def _track(self, step: Step) -> None:
+        self._saved.append(json.dumps(step_to_dict(lighten(step)), ensure_ascii=False))
+        series = self._series
+        series["running"].append(step.tokens_per_s)
+        series["per_step"].append(1.0 / step.step_time if step.step_time > 0 else 0.0)
+        series["h_raw"].append(step.entropy_raw)
+        series["h"].append(step.entropy)
+
+    @Slot()
+    def _changed(self, *_args: object) -> None:
+        if not self.autosave_timer.isActive() and not self._closing:
+            self.autosave_timer.start()
+
+    @Slot()
+    def autosave(self) -> bool:
+        """Write prompt, settings and the last run (top-5 candidates per step) atomically."""
+        model = self.bundle.source_key if self.bundle and hasattr(self.bundle, "source_key") else ""
+        head = {
+            "format": "decoding-lab-autosave/1",
+            "prompt": self.runner.prompt_text,
+            "editor_prompt": self.prompt.toPlainText(),
+            "model": model,
+            "settings": self.sampler.settings().to_dict(),
+            "method": self.method.current(),
+            "saved_at": time.time(),
+        }
+        text = (
+            json.dumps(head, ensure_ascii=False)[:-1]
+            + ', "steps": ['
+            + ",".join(self._saved)
+            + "]}"
+        )
+        try:
+            self.autosave_path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.autosave_path, text)
+        except OSError as exc:
+            self.status_text.setText(f"Could not autosave: {exc}")
+            return False
+        return True
+
+    def restore_autosave(self) -> None:
+        try:
+            data = json.loads(self.autosave_path.read_text(encoding="utf-8"))
+            if data.get("format") != "decoding-lab-autosave/1":
+                return
+            steps = steps_from_dict(data)
+            settings = SamplerSettings.from_dict(data.get("settings", {}))
+        except (OSError, ValueError, TypeError, KeyError):
+            return  # no autosave, or a damaged one: start fresh
+        self.prompt.setPlainText(data.get("editor_prompt", ""))
+        self.sampler.set_settings(settings)
+        self.runner.prompt_text = data.get("prompt", "")
+        if steps:
+            self.runner.buffer.append(Truncate(0))
+            self.runner.buffer.extend(steps)
+            self.drain()
+            self.status_text.setText(
+                f"Restored the last run ({len(steps)} tokens) from the autosave."
+            )
+        self.restored_from_autosave = True
 
     def _show_spec_stats(self, st: dict) -> None:
         by_pos = " ".join(f"{r:.0%}" for r in st["acceptance_by_position"])
@@ -680,16 +795,14 @@ class MainWindow(QMainWindow):
         self.dist.set_step(shown)
         self.dist_info.setText(step_summary(shown))
         x = np.arange(1, len(steps) + 1)
-        running = np.array([s.tokens_per_s for s in steps])
-        per_step = np.array([1.0 / s.step_time if s.step_time > 0 else 0.0 for s in steps])
+        series = {k: np.asarray(v) for k, v in self._series.items()}
         last = steps[-1]
         self.speed.set_series(
-            x, {"running": running, "this step": per_step},
+            x, {"running": series["running"], "this step": series["per_step"]},
             f"{last.tokens_per_s:.1f} tok/s · {last.step_time * 1000:.0f} ms/token",
         )  # fmt: skip
         self.entropy.set_series(
-            x, {"model": np.array([s.entropy_raw for s in steps]),
-                "after sampler": np.array([s.entropy for s in steps])},
+            x, {"model": series["h_raw"], "after sampler": series["h"]},
             f"entropy {last.entropy_raw:.2f} bits ≈ {2 ** last.entropy_raw:.0f} tokens",
         )  # fmt: skip
         self.speed.mark(self.selected + 1 if self.selected is not None else None)
@@ -944,6 +1057,9 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self._closing = True
         self.timer.stop()
+        self.autosave_timer.stop()
+        self.drain()
+        self.autosave()
         self.save_state()
         self.hide()
         if not self.runner.shutdown():

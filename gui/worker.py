@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 from engine import EmptyPromptError, GenerationSession, ModelLoadError, SamplerSettings
 from engine.beam import BeamEvent, BeamResult, BeamSearch
 from engine.catalog import open_model
 from engine.compare import MethodResult, compare_methods
+from engine.generate import NonFiniteLogitsError
 from engine.models import ModelBundle
 from engine.records import RunSummary, Step
 from engine.speculative import (
@@ -30,6 +32,10 @@ from engine.speculative import (
     SpeculativeSession,
     check_same_tokenizer,
 )
+
+# Full top-N candidates are kept for this many recent steps; older steps keep their top 5
+# (enough for the hover text). This bounds memory on very long runs.
+KEEP_CANDIDATES = 2000
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,10 @@ def friendly_error(exc: BaseException) -> str:
             "The device ran out of memory. Try fewer new tokens, a smaller model, or the CPU. "
             f"({exc.__class__.__name__})"
         )
-    if isinstance(exc, (ModelLoadError, EmptyPromptError, DrafterMismatchError, ValueError)):
+    if isinstance(
+        exc,
+        (ModelLoadError, EmptyPromptError, DrafterMismatchError, NonFiniteLogitsError, ValueError),
+    ):
         return str(exc)
     return f"{exc.__class__.__name__}: {exc}"
 
@@ -86,6 +95,13 @@ class Job(QObject):
         else:
             self.result_ready.emit(result)
         finally:
+            # Hand the object back to the GUI thread before finished -> deleteLater, so it is
+            # destroyed there. Destroying a Python-backed QObject in the worker thread takes a
+            # Qt connection lock and then the GIL, while the GUI thread may hold the GIL and wait
+            # for that lock (a deadlock seen in the stop/close/switch stress test).
+            app = QCoreApplication.instance()
+            if app is not None:
+                self.moveToThread(app.thread())
             self.finished.emit()
 
 
@@ -103,14 +119,18 @@ class EngineRunner(QObject):
     compare_finished = Signal(object)  # list[MethodResult]
     failed = Signal(str)
 
+    instances: weakref.WeakSet[EngineRunner] = weakref.WeakSet()  # tests check none is left running
+
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        EngineRunner.instances.add(self)
         self.bundle: ModelBundle | None = None
         self.session: GenerationSession | None = None
         self.buffer: deque[BufferItem] = deque()
         self.draft: ModelBundle | None = None
         self.prompt_text = ""
         self.top_n = 50
+        self.keep_candidates = KEEP_CANDIDATES
         self._job: Job | None = None
         self._thread: QThread | None = None
         self._lock = threading.Lock()
@@ -173,28 +193,33 @@ class EngineRunner(QObject):
     def generate(
         self, prompt: str, use_chat_template: bool | None = None, limit: int | None = None
     ) -> bool:
-        """A fresh run on ``prompt`` with the current settings (``limit`` tokens at most)."""
+        """A fresh run on ``prompt`` with the current settings (``limit`` tokens at most).
+        The prompt is tokenised in the worker: a huge paste never freezes the window."""
         if self.bundle is None:
             self.failed.emit("No model is loaded yet.")
             return False
-        bundle = self.bundle
-        try:
-            ids = bundle.encode_prompt(prompt, use_chat_template)
-            with self._lock:
-                settings, self._pending = self._settings, None
-            session = GenerationSession(
-                bundle.model, ids, settings, tokenizer=bundle.tokenizer,
-                eos_token_ids=bundle.eos_token_ids, top_n=self.top_n,
-                max_context=bundle.context_length,
-            )  # fmt: skip
-        except ValueError as exc:
-            self.failed.emit(friendly_error(exc))
+        if not prompt.strip():
+            self.failed.emit(str(EmptyPromptError("The prompt is empty: type something first.")))
             return False
-        self.session = session
+        bundle = self.bundle
+        with self._lock:
+            settings, self._pending = self._settings, None
+        self.session = None
         self.prompt_text = prompt
         self._undo.clear()
         self.buffer.append(Truncate(0))
-        return self._start_steps(lambda: session.stream(limit), "generate")
+
+        def start() -> tuple[GenerationSession, Iterator[Step]]:
+            ids = bundle.encode_prompt(prompt, use_chat_template)
+            session = GenerationSession(
+                bundle.model, ids, settings, tokenizer=bundle.tokenizer,
+                eos_token_ids=bundle.eos_token_ids, top_n=self.top_n,
+                max_context=bundle.context_length, keep_candidates=self.keep_candidates,
+            )  # fmt: skip
+            self.session = session
+            return session, session.stream(limit)
+
+        return self._start_steps(start, "generate")
 
     def continue_(self, max_new_tokens: int | None = None) -> bool:
         session = self._need_session()
@@ -205,7 +230,7 @@ class EngineRunner(QObject):
                 "The run ended with an end-of-sequence token: branch or Generate again."
             )
             return False
-        return self._start_steps(lambda: session.stream(max_new_tokens), "continue")
+        return self._start_steps(lambda: (session, session.stream(max_new_tokens)), "continue")
 
     def step_once(self) -> bool:
         session = self._need_session()
@@ -214,7 +239,7 @@ class EngineRunner(QObject):
         if session.finished:
             self.failed.emit("The run has ended; click a token to branch, or Generate again.")
             return False
-        return self._start_steps(lambda: session.stream(1), "step")
+        return self._start_steps(lambda: (session, session.stream(1)), "step")
 
     def branch(self, step_index: int, token_id: int, continue_tokens: int | None = None) -> bool:
         """Take ``token_id`` at ``step_index`` and continue from there."""
@@ -229,7 +254,7 @@ class EngineRunner(QObject):
             return False
         self._undo.append((step_index, old))
         self.buffer.append(Truncate(step_index))
-        return self._start_steps(lambda: session.stream(continue_tokens), "branch")
+        return self._start_steps(lambda: (session, session.stream(continue_tokens)), "branch")
 
     def undo(self) -> bool:
         session = self._need_session()
@@ -237,7 +262,7 @@ class EngineRunner(QObject):
             return False
         step_index, old = self._undo.pop()
         self.buffer.append(Truncate(step_index))
-        return self._start_steps(lambda: session.replay(step_index, old), "undo")
+        return self._start_steps(lambda: (session, session.replay(step_index, old)), "undo")
 
     def load_draft(self, source: str) -> bool:
         """Load a draft model for speculative decoding; it must share the target's tokenizer."""
@@ -386,16 +411,13 @@ class EngineRunner(QObject):
             self.failed.emit("Generate first: there is no run to continue.")
         return self.session
 
-    def _start_steps(self, make_iter: Callable[[], Iterator[Step]], name: str) -> bool:
-        session = self.session
-        assert session is not None
+    def _start_steps(
+        self, start: Callable[[], tuple[GenerationSession, Iterator[Step]]], name: str
+    ) -> bool:
+        """Run a stream of steps in a job; settings changed meanwhile apply at the next token."""
 
         def work(job: Job) -> RunSummary:
-            with self._lock:
-                pending, self._pending = self._pending, None
-            if pending is not None:
-                session.settings = pending
-            steps = make_iter()
+            session, steps = start()
             try:
                 for step in steps:
                     self.buffer.append(step)
@@ -410,6 +432,14 @@ class EngineRunner(QObject):
                 steps.close()  # type: ignore[attr-defined]
             return session.summary()
 
+        def apply_pending() -> None:
+            with self._lock:
+                pending, self._pending = self._pending, None
+            if pending is not None and self.session is not None:
+                self.session.settings = pending
+
+        if name != "generate":
+            apply_pending()  # settings changed while idle apply to this continuation
         return self._start(Job(work, name), self.run_finished.emit, self.failed)
 
     def _pace(self, job: Job, spent: float) -> None:

@@ -195,8 +195,15 @@ class SeriesPlot(pg.PlotWidget):
         self.legend = plot.addLegend(offset=(-10, 10))
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.colors = dict(series)
+        # Long runs have thousands of points: thin pens, no antialiasing, peak downsampling
+        # keep a redraw to a few milliseconds.
+        plot.setDownsampling(auto=True, mode="peak")
+        plot.setClipToView(True)
         for name, color in series:
-            self.curves[name] = plot.plot([], [], name=name, pen=pg.mkPen(color, width=2))
+            curve = plot.plot([], [], name=name, pen=pg.mkPen(color, width=1.5))
+            curve.setCurveClickable(False)
+            curve.opts["antialias"] = False
+            self.curves[name] = curve
         self.marker = pg.InfiniteLine(angle=90, movable=False)
         self.addItem(self.marker)
         self.marker.hide()

@@ -229,3 +229,14 @@ def test_multinomial_processor_seeded():
     a = [int(MultinomialProcessor(1.0, seed=3).sample(logits.softmax(-1))) for _ in range(3)]
     b = [int(MultinomialProcessor(1.0, seed=3).sample(logits.softmax(-1))) for _ in range(3)]
     assert a == b
+
+
+def test_a_stage_that_would_remove_every_token_is_skipped():
+    # every token of a 3-token vocabulary has been used: no-repeat-ngram 1 would ban them all
+    chain = SamplerSettings(temperature=0.0, no_repeat_ngram_size=1).build_chain(0, ())
+    scores = torch.tensor([[0.1, 0.5, 0.2]])
+    out = apply_chain(chain, torch.tensor([[0, 1, 2]]), scores)
+    assert kept(out) == [1]  # the ban was skipped; greedy still picks the argmax
+    # with one unused token left, the ban applies and that token is the only choice
+    out = apply_chain(chain, torch.tensor([[0, 1]]), scores)
+    assert kept(out) == [2]

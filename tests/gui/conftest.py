@@ -1,8 +1,7 @@
 import os
-import threading
 
 import pytest
-from PySide6.QtCore import QSettings, QThread
+from PySide6.QtCore import QSettings
 from transformers import ByT5Tokenizer
 
 from gui.window import MainWindow
@@ -33,16 +32,31 @@ def store(tmp_path):
 
 
 @pytest.fixture
-def window(qtbot, store):
-    before = threading.active_count()
-    w = MainWindow(store=store, autoload=False)
+def autosave(tmp_path):
+    return tmp_path / "autosave.json"
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left_running():
+    """Fails any test that leaves an engine job's thread running."""
+    yield
+    from gui.worker import EngineRunner
+
+    running = [r for r in list(EngineRunner.instances) if r.thread_running()]
+    for r in running:
+        r.shutdown()
+    assert not running, "a test left a worker thread running"
+
+
+@pytest.fixture
+def window(qtbot, store, autosave):
+    w = MainWindow(store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w)
     w.show()
     yield w
     w.close()
-    # No test may leave a worker thread running.
+    # No test may leave a worker thread running (no_thread_left_running checks every runner).
     assert not w.runner.thread_running()
-    qtbot.waitUntil(lambda: threading.active_count() <= before + 1, timeout=5000)
 
 
 def load(qtbot, window, path, timeout=60000):
@@ -58,4 +72,4 @@ def run(qtbot, window, action, timeout=60000):
     window.drain()
 
 
-__all__ = ["QThread", "load", "run"]
+__all__ = ["load", "run"]

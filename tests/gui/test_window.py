@@ -13,6 +13,11 @@ from gui.window import MainWindow
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 
+def produced(window):
+    session = window.runner.session
+    return len(session.history) if session is not None else 0
+
+
 def set_settings(window, **changes):
     window.sampler.set_settings(window.sampler.settings().with_(**changes))
 
@@ -59,9 +64,9 @@ def test_slider_change_mid_run_applies_to_next_steps(qtbot, window, tiny_dir):
     window.prompt.setPlainText("abc")
     with qtbot.waitSignal(window.runner.run_finished, timeout=30000):
         window.generate()
-        qtbot.waitUntil(lambda: len(window.runner.session.history) >= 5, timeout=10000)
+        qtbot.waitUntil(lambda: produced(window) >= 5, timeout=10000)
         window.sampler.rows["temperature"].field.setValue(0.0)
-        changed_at = len(window.runner.session.history)
+        changed_at = produced(window)
     window.drain()
     sources = [s.source for s in window.steps]
     assert sources[0] == "sample"
@@ -76,7 +81,7 @@ def test_stop_step_continue(qtbot, window, tiny_dir):
     window.prompt.setPlainText("abc")
     with qtbot.waitSignal(window.runner.run_finished, timeout=30000) as blocker:
         window.generate()
-        qtbot.waitUntil(lambda: len(window.runner.session.history) >= 3, timeout=10000)
+        qtbot.waitUntil(lambda: produced(window) >= 3, timeout=10000)
         window.stop()
     qtbot.waitUntil(lambda: not window.runner.busy)
     window.drain()
@@ -113,8 +118,8 @@ def test_click_bar_branches_and_undo_restores(qtbot, window, tiny_dir):
     assert not window.runner.can_undo()
 
 
-def test_close_during_generation_leaves_no_thread(qtbot, store, tiny_dir):
-    w = MainWindow(store=store, autoload=False)
+def test_close_during_generation_leaves_no_thread(qtbot, store, autosave, tiny_dir):
+    w = MainWindow(store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w)
     w.show()
     load(qtbot, w, tiny_dir)
@@ -122,7 +127,7 @@ def test_close_during_generation_leaves_no_thread(qtbot, store, tiny_dir):
     w.sampler.pacing.setValue(30)
     w.prompt.setPlainText("long run")
     w.generate()
-    qtbot.waitUntil(lambda: w.runner.session is not None and len(w.runner.session.history) >= 2)
+    qtbot.waitUntil(lambda: produced(w) >= 2)
     w.close()
     assert not w.runner.thread_running()
 
@@ -133,7 +138,7 @@ def test_switch_model_during_generation(qtbot, window, tiny_dir, tiny_t5_dir):
     window.sampler.pacing.setValue(30)
     window.prompt.setPlainText("switch")
     window.generate()
-    qtbot.waitUntil(lambda: len(window.runner.session.history) >= 2)
+    qtbot.waitUntil(lambda: produced(window) >= 2)
     with qtbot.waitSignal(window.runner.model_loaded, timeout=60000):
         window.load_model(str(tiny_t5_dir))
     qtbot.waitUntil(lambda: not window.runner.busy)
@@ -170,8 +175,8 @@ def test_empty_prompt_message(qtbot, window, tiny_dir):
     assert not window.runner.busy
 
 
-def test_settings_round_trip(qtbot, store, tiny_dir):
-    w = MainWindow(store=store, autoload=False)
+def test_settings_round_trip(qtbot, store, autosave, tiny_dir):
+    w = MainWindow(store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w)
     set_settings(
         w,
@@ -192,7 +197,7 @@ def test_settings_round_trip(qtbot, store, tiny_dir):
     w.prompt.setPlainText("remember me")
     w.recents = [str(tiny_dir)]
     w.close()
-    w2 = MainWindow(store=store, autoload=False)
+    w2 = MainWindow(store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w2)
     s = w2.sampler.settings()
     assert (s.temperature, s.top_k, s.top_p, s.min_p, s.repetition_penalty) == (
@@ -272,7 +277,7 @@ def test_keyboard_shortcuts_from_the_prompt(qtbot, window, tiny_dir):
     with qtbot.waitSignal(window.runner.run_finished, timeout=20000) as blocker:
         qtbot.keyClick(window.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
         qtbot.waitUntil(lambda: window.runner.busy, timeout=5000)
-        qtbot.waitUntil(lambda: len(window.runner.session.history) >= 2, timeout=10000)
+        qtbot.waitUntil(lambda: produced(window) >= 2, timeout=10000)
         qtbot.keyClick(window.prompt, Qt.Key.Key_Escape)
     assert blocker.args[0].stop_reason == "stopped"
     assert window.prompt.toPlainText() == "keys"  # the shortcut did not type a newline
