@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint setup clean
+.PHONY: run test lint bench setup clean
 
 $(STAMP): pyproject.toml Makefile
 	bash .ci/system-deps
@@ -26,6 +26,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+bench: $(STAMP)
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) main.py bench
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -42,6 +42,10 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="print each step with its top-N candidates",
     )
+    gen.add_argument(
+        "--engine", choices=("fast", "transformers"), default="fast",
+        help="fast: the lean Llama-family decode path where supported; transformers: model.forward",
+    )  # fmt: skip
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
     gen.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
 
@@ -61,6 +65,14 @@ def _build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--show-text", action="store_true", help="print each method's output")
     cmp.add_argument("--device", default="auto")
     cmp.add_argument("--dtype", default="auto")
+
+    bench = sub.add_parser(
+        "bench", help="measure speed against transformers and the hardware limit"
+    )
+    bench.add_argument("--new-tokens", type=int, default=128)
+    bench.add_argument("--rss-tokens", type=int, default=2000, help="length of the peak-RSS run")
+    bench.add_argument("--skip-gui", action="store_true", help="engine figures only")
+    bench.add_argument("--json", default=None, help="also write the figures to this file")
 
     sub.add_parser("models", help="list the bundled models")
     return parser
@@ -128,6 +140,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             tokenizer=bundle.tokenizer,
             eos_token_ids=bundle.eos_token_ids,
             top_n=max(args.show_probs, 1),
+            fast=args.engine == "fast",
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -194,6 +207,37 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+    import os
+    import platform
+
+    import torch
+
+    from engine.bench import run_engine_bench, run_gpu_bench
+    from engine.catalog import open_model
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    def say(message: str) -> None:
+        print(message, flush=True)
+
+    say(f"Decoding Lab benchmark: {platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}")  # fmt: skip
+    bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
+    figures: dict = {"engine": run_engine_bench(bundle, say, args.new_tokens)}
+    if not args.skip_gui:
+        from gui.bench import run_gui_bench, run_startup_bench
+
+        figures["gui"] = run_gui_bench(bundle, say, args.new_tokens)
+        figures["startup"] = run_startup_bench(say, args.rss_tokens)
+    run_gpu_bench(say)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return 0
+
+
 def cmd_models(_args: argparse.Namespace) -> int:
     from engine.catalog import list_bundled
 
@@ -213,6 +257,8 @@ def cli(argv: list[str] | None = None) -> int:
         return cmd_models(args)
     if args.command == "compare":
         return cmd_compare(args)
+    if args.command == "bench":
+        return cmd_bench(args)
     parser.print_help()
     return 0
 

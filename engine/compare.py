@@ -18,10 +18,11 @@ from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession, c
 
 PLAIN_NO_CACHE = "plain, no cache"
 PLAIN = "plain, KV cache"
+PLAIN_FAST = "plain, fast path"
 BEAM = "beam search"
 SPEC_DRAFT = "speculative, draft model"
 SPEC_NGRAM = "speculative, n-gram"
-METHODS = (PLAIN_NO_CACHE, PLAIN, BEAM, SPEC_DRAFT, SPEC_NGRAM)
+METHODS = (PLAIN_NO_CACHE, PLAIN, PLAIN_FAST, BEAM, SPEC_DRAFT, SPEC_NGRAM)
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,11 @@ def compare_methods(
     gamma: int = 5,
     drafter: ModelBundle | None = None,
     progress: Callable[[str], None] | None = None,
+    fast: bool = False,
 ) -> list[MethodResult]:
-    """Each method runs once after a short warm-up; "identical" compares with plain greedy."""
+    """Each method runs once after a short warm-up; "identical" compares with plain greedy.
+    ``fast`` makes the speculative methods use the lean decode path (plain, fast path always
+    does; plain, KV cache never does)."""
     say = progress or (lambda _m: None)
     model, eos = bundle.model, bundle.eos_token_ids
     device = bundle.device
@@ -76,7 +80,7 @@ def compare_methods(
     def decode(ids: Sequence[int]) -> str:
         return bundle.tokenizer.decode(list(ids), skip_special_tokens=True)
 
-    def plain(use_cache: bool, s: SamplerSettings) -> GenerationSession:
+    def plain(use_cache: bool, s: SamplerSettings, fast: bool = False) -> GenerationSession:
         session = GenerationSession(
             model,
             prompt_ids,
@@ -86,6 +90,7 @@ def compare_methods(
             top_n=1,
             max_context=bundle.context_length,
             use_cache=use_cache,
+            fast=fast,
         )
         for _ in session.stream(max_new_tokens):
             pass
@@ -98,7 +103,18 @@ def compare_methods(
     results: list[MethodResult] = []
     for method in methods:
         say(f"Running {method}")
-        if method in (PLAIN, PLAIN_NO_CACHE):
+        if method == PLAIN_FAST:
+            from engine.fastpath import supports
+
+            if supports(model) is not None or bundle.is_encoder_decoder:
+                continue
+            plain(True, greedy.with_(max_new_tokens=2), fast=True)  # warm-up
+            session, secs = _timed(device, lambda: plain(True, settings, fast=True))
+            ids = session.generated_ids
+            results.append(
+                MethodResult(method, tuple(ids), decode(ids), secs, session.forward_passes)
+            )
+        elif method in (PLAIN, PLAIN_NO_CACHE):
             session, secs = _timed(device, lambda c=method == PLAIN: plain(c, settings))
             ids = session.generated_ids
             results.append(
@@ -136,6 +152,7 @@ def compare_methods(
                 top_n=1,
                 seed=settings.seed,
                 max_context=bundle.context_length,
+                fast=fast,
             )
             ids, secs = _timed(device, lambda sp=spec: sp.run(max_new_tokens))
             st = spec.stats

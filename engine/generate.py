@@ -180,6 +180,23 @@ class ModelStepper:
         return out.logits[0, -keep:, :].float()  # [keep, vocab]
 
 
+def make_stepper(
+    model: torch.nn.Module,
+    encoder_input_ids: Sequence[int] | None = None,
+    use_cache: bool = True,
+    fast: bool = False,
+    max_len: int | None = None,
+) -> Any:
+    """The lean Llama-family path when asked for and supported, else ``ModelStepper``."""
+    if fast and use_cache and encoder_input_ids is None:
+        from engine.fastpath import fast_stepper_or_none
+
+        stepper = fast_stepper_or_none(model, max_len=max_len)
+        if stepper is not None:
+            return stepper
+    return ModelStepper(model, encoder_input_ids, use_cache=use_cache)
+
+
 # --------------------------------------------------------------------------------------------
 # Incremental detokenisation
 # --------------------------------------------------------------------------------------------
@@ -268,6 +285,7 @@ class GenerationSession:
         max_context: int | None = None,
         use_cache: bool = True,
         keep_candidates: int | None = None,
+        fast: bool = False,
     ) -> None:
         prompt_ids = [int(i) for i in prompt_ids]
         if not prompt_ids:
@@ -304,10 +322,12 @@ class GenerationSession:
         # Memory bound for long runs: only the last `keep_candidates` records keep all top-N
         # candidates; older ones keep their top 5.
         self.keep_candidates = keep_candidates
-        self.stepper = ModelStepper(
-            model, self.encoder_ids if self.is_encoder_decoder else None, use_cache=use_cache
-        )
+        self.stepper = make_stepper(
+            model, self.encoder_ids if self.is_encoder_decoder else None, use_cache, fast,
+            self.max_context,
+        )  # fmt: skip
         self.device = self.stepper.device
+        self.fast = not isinstance(self.stepper, ModelStepper)
         self.history: list[Step] = []
         self.finished = False  # EOS or context end reached
         self.stop_reason: str | None = None

@@ -35,6 +35,7 @@ from engine.generate import (
     StepRecorder,
     _as_id_list,
     context_length,
+    make_stepper,
     summarise,
 )
 from engine.processors import GreedyProcessor, SeedLogitsProcessor, apply_chain
@@ -252,6 +253,7 @@ class SpeculativeSession:
         first_target: bool = False,
         skip_sample_adjustment: bool = False,
         max_context: int | None = None,
+        fast: bool = False,
     ) -> None:
         prompt_ids = [int(i) for i in prompt_ids]
         if not prompt_ids:
@@ -276,9 +278,10 @@ class SpeculativeSession:
         if isinstance(sampler, SamplerSettings):
             sampler = ChainSampler(sampler, self.prompt_length, self.eos_token_ids)
         self.sampler = sampler
-        self.stepper = ModelStepper(
-            target, prompt_ids if self.is_encoder_decoder else None, use_cache=use_cache
-        )
+        self.stepper = make_stepper(
+            target, prompt_ids if self.is_encoder_decoder else None, use_cache, fast,
+            self.max_context,
+        )  # fmt: skip
         self.device = self.stepper.device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.recorder = StepRecorder(tokenizer, top_n)

@@ -131,6 +131,7 @@ class EngineRunner(QObject):
         self.prompt_text = ""
         self.top_n = 50
         self.keep_candidates = KEEP_CANDIDATES
+        self.fast = True  # the lean Llama-family decode path where the model supports it
         self._job: Job | None = None
         self._thread: QThread | None = None
         self._lock = threading.Lock()
@@ -215,6 +216,7 @@ class EngineRunner(QObject):
                 bundle.model, ids, settings, tokenizer=bundle.tokenizer,
                 eos_token_ids=bundle.eos_token_ids, top_n=self.top_n,
                 max_context=bundle.context_length, keep_candidates=self.keep_candidates,
+                fast=self.fast,
             )  # fmt: skip
             self.session = session
             return session, session.stream(limit)
@@ -336,7 +338,7 @@ class EngineRunner(QObject):
             spec = SpeculativeSession(
                 bundle.model, ids, drafter, settings, tokenizer=bundle.tokenizer,
                 eos_token_ids=bundle.eos_token_ids, gamma=gamma, top_n=self.top_n,
-                seed=settings.seed, max_context=bundle.context_length,
+                seed=settings.seed, max_context=bundle.context_length, fast=self.fast,
             )  # fmt: skip
         except ValueError as exc:
             self.failed.emit(friendly_error(exc))

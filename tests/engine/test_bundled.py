@@ -139,3 +139,25 @@ def test_tiny_t5_streaming_equals_generate_and_samples_vary(t5):
         list(s.stream())
         outputs.add(t5.decode(s.generated_ids))
     assert len(outputs & valid) >= 3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_smollm2_fast_path_greedy_equals_transformers(smol, dtype):
+    bundle, _ = smol
+    model = bundle.model.to(getattr(torch, dtype))
+    try:
+        ids = bundle.encode_prompt("Write a short poem about the sea.")
+        ref = model.generate(
+            torch.tensor([ids]), max_new_tokens=64, min_new_tokens=64, do_sample=False
+        )
+        session = GenerationSession(
+            model,
+            ids,
+            SamplerSettings(temperature=0, max_new_tokens=64, min_new_tokens=64),
+            eos_token_ids=bundle.eos_token_ids,
+            fast=True,
+        )
+        assert session.fast
+        assert [s.token_id for s in session.stream()] == ref[0, len(ids) :].tolist()
+    finally:
+        model.to(torch.float32)

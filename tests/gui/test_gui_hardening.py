@@ -98,19 +98,21 @@ def test_autosave_survives_kill_during_generation(tmp_path, tiny_dir):
 # -- faults ----------------------------------------------------------------------------------------
 
 
-def test_out_of_memory_while_generating_keeps_the_model_usable(qtbot, window, tiny_dir):
+def test_out_of_memory_while_generating_keeps_the_model_usable(
+    qtbot, window, tiny_dir, monkeypatch
+):
     load(qtbot, window, tiny_dir)
-    model = window.bundle.model
-    original = model.forward
+    original = torch.nn.functional.scaled_dot_product_attention
     calls = {"n": 0}
+    layers = window.bundle.model.config.num_hidden_layers
 
-    def failing(*args, **kwargs):
+    def failing(*args, **kwargs):  # attention is called by both decode paths
         calls["n"] += 1
-        if calls["n"] == 4:
+        if calls["n"] == 3 * layers + 1:  # during the 4th forward pass
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return original(*args, **kwargs)
 
-    model.forward = failing
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", failing)
     set_settings(window, max_new_tokens=10)
     window.prompt.setPlainText("memory")
     with qtbot.waitSignal(window.runner.failed, timeout=30000):
@@ -119,7 +121,7 @@ def test_out_of_memory_while_generating_keeps_the_model_usable(qtbot, window, ti
     window.drain()
     assert "ran out of memory" in window.last_error
     assert len(window.steps) == 3  # the tokens before the failure are kept
-    model.forward = original
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", original)
     window._error_box.close()
     run(qtbot, window, window.generate)
     assert len(window.steps) == 10

@@ -101,8 +101,9 @@ def test_compare_view_fills_the_table(qtbot, window, tiny_dir):
     qtbot.waitUntil(lambda: not window.runner.busy)
     results = blocker.args[0]
     table = window.compare_view.table
-    assert table.rowCount() == len(results) == 4  # no draft model loaded: four methods
+    # no draft model loaded: five methods (the fast path applies to this Llama model)
+    assert table.rowCount() == len(results) == 5
     methods = [table.item(r, 0).text() for r in range(table.rowCount())]
-    assert methods[0] == "plain, no cache" and methods[1] == "plain, KV cache"
-    assert table.item(1, 5).text() == "yes" and table.item(3, 5).text() == "yes"
+    assert methods[:3] == ["plain, no cache", "plain, KV cache", "plain, fast path"]
+    assert all(table.item(r, 5).text() == "yes" for r in (0, 1, 2, 4))
     assert window.tabs.currentWidget() is window.compare_view

@@ -1,0 +1,240 @@
+"""Engine benchmarks, measured side by side in one process: ours vs transformers.generate,
+n-gram speculative vs plain, and the memory-bandwidth limit. Prints ratios with both absolute
+numbers. The device is synchronised before every clock read."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from engine.generate import GenerationSession, synchronize
+from engine.models import ModelBundle
+from engine.settings import SamplerSettings
+from engine.speculative import NGramDrafter, SpeculativeSession
+
+GROUNDED_PROMPT = (
+    "Repeat the following paragraph exactly, word for word: The lighthouse keeper climbed the "
+    "narrow stairs every evening at dusk. He polished the great lens, trimmed the wick, and "
+    "watched the ships pass safely beyond the rocks. In the morning he wrote the weather in a "
+    "small leather book and went to sleep while the gulls circled the tower."
+)
+
+
+def line(
+    label: str, ours: float, theirs: float, unit: str, ours_name: str, theirs_name: str
+) -> str:
+    ratio = ours / theirs if theirs else float("nan")
+    a, b = f"{ours_name} {ours:8.1f} {unit}", f"{theirs_name} {theirs:8.1f} {unit}"
+    return f"{label:<44} {ratio:6.2f}x   {a}  vs  {b}"
+
+
+def timed(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, float]:
+    synchronize(device)
+    start = time.perf_counter()
+    out = fn()
+    synchronize(device)
+    return out, time.perf_counter() - start
+
+
+def hf_generate_rate(bundle: ModelBundle, ids: list[int], n: int) -> tuple[float, list[int]]:
+    model = bundle.model
+    x = torch.tensor([ids], device=bundle.device)
+    model.generate(x, max_new_tokens=4, min_new_tokens=4, do_sample=False)  # warm-up
+    out, secs = timed(
+        bundle.device,
+        lambda: model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False),
+    )
+    generated = out[0, len(ids) :].tolist()
+    return len(generated) / secs, generated
+
+
+def ours_rate(
+    bundle: ModelBundle, ids: list[int], n: int, fast: bool, top_n: int = 20
+) -> tuple[float, GenerationSession]:
+    settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
+
+    def make() -> GenerationSession:
+        return GenerationSession(
+            bundle.model,
+            ids,
+            settings,
+            tokenizer=bundle.tokenizer,
+            eos_token_ids=bundle.eos_token_ids,
+            top_n=top_n,
+            fast=fast,
+        )
+
+    list(make().stream(4))  # warm-up
+    session = make()
+    _, secs = timed(bundle.device, lambda: list(session.stream()))
+    return n / secs, session
+
+
+def top20_drift(
+    reference: GenerationSession, bundle: ModelBundle, ids: list[int], fast: bool
+) -> float:
+    """Max |p - p_ref| over the top-20 candidates of every step, following the reference's
+    tokens so that both runs see the same text."""
+    tokens = reference.generated_ids
+    session = GenerationSession(
+        bundle.model,
+        ids,
+        SamplerSettings(temperature=0, max_new_tokens=len(tokens)),
+        tokenizer=bundle.tokenizer,
+        eos_token_ids=(),
+        top_n=20,
+        fast=fast,
+    )
+    worst = 0.0
+    for ref_step, token in zip(reference.history, tokens, strict=True):
+        session.force_next(token)
+        step = session.step()
+        probs = {c.token_id: c.raw_prob for c in step.candidates}
+        for c in ref_step.candidates:
+            worst = max(worst, abs(c.raw_prob - probs.get(c.token_id, 0.0)))
+    return worst
+
+
+def matvec_bandwidth(device: torch.device, dtype: torch.dtype, mbytes: int = 512) -> float:
+    """Bytes per second reading a large matrix once per matrix-vector product."""
+    cols = 4096
+    rows = mbytes * 2**20 // (cols * torch.tensor([], dtype=dtype).element_size())
+    w = torch.randn(rows, cols, device=device).to(dtype)
+    x = torch.randn(cols, device=device).to(dtype)
+    for _ in range(2):
+        w @ x
+    reps = 8
+    _, secs = timed(device, lambda: [w @ x for _ in range(reps)])
+    return reps * w.numel() * w.element_size() / secs
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes read per token: every weight once (an untied input embedding only a row)."""
+    seen: set[int] = set()
+    total = 0
+    emb = model.get_input_embeddings().weight
+    out = model.get_output_embeddings().weight
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p is emb and emb is not out:
+            continue
+        total += p.numel() * p.element_size()
+    return total
+
+
+def run_engine_bench(
+    bundle: ModelBundle, say: Callable[[str], None], new_tokens: int = 128
+) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    ids = bundle.encode_prompt("Write a short poem about the sea.")
+    device = bundle.device
+    model = bundle.model
+    dtypes = [torch.float32, torch.bfloat16]
+    reference: GenerationSession | None = None
+    for dtype in dtypes:
+        model.to(dtype)
+        name = str(dtype).removeprefix("torch.")
+        hf, hf_tokens = hf_generate_rate(bundle, ids, new_tokens)
+        fast, fast_session = ours_rate(bundle, ids, new_tokens, fast=True)
+        plain, _ = ours_rate(bundle, ids, new_tokens, fast=False)
+        same = fast_session.generated_ids == hf_tokens
+        say(
+            line(
+                f"1. engine streaming (top-20) vs HF generate, {name}",
+                fast,
+                hf,
+                "tok/s",
+                "ours",
+                "HF",
+            )
+        )
+        say(
+            line(
+                f"   engine on model.forward vs HF generate, {name}",
+                plain,
+                hf,
+                "tok/s",
+                "ours",
+                "HF",
+            )
+        )
+        say(f"   greedy output identical to HF generate: {'yes' if same else 'NO'}")
+        results[name] = {"ours_fast": fast, "ours_forward": plain, "hf": hf, "identical": same}
+        if dtype == torch.float32:
+            reference = fast_session
+        elif reference is not None:
+            drift = top20_drift(reference, bundle, ids, fast=True)
+            say(
+                f"   top-20 probabilities vs float32, max |difference| over {new_tokens} "
+                f"steps: {drift:.4f}"
+            )
+            results[name]["top20_drift_vs_fp32"] = drift
+        bw = matvec_bandwidth(device, dtype)
+        need = weight_bytes(model)
+        achieved = fast * need
+        say(
+            line(
+                f"5. bandwidth used by decode, {name}",
+                achieved / 1e9,
+                bw / 1e9,
+                "GB/s",
+                "decode",
+                "matvec",
+            )
+        )
+        say(f"   weights read per token {need / 1e6:.0f} MB; bandwidth limit {bw / need:.1f} tok/s")
+        results[name].update(bandwidth_gbs=bw / 1e9, weight_mb=need / 1e6, limit_tok_s=bw / need)
+    model.to(torch.float32)
+
+    # 4. n-gram speculative vs plain greedy on an input-grounded prompt (same decode path)
+    ids = bundle.encode_prompt(GROUNDED_PROMPT)
+    n = 96
+    spec = SpeculativeSession(
+        model,
+        ids,
+        NGramDrafter(),
+        SamplerSettings(temperature=0, min_new_tokens=0),
+        eos_token_ids=bundle.eos_token_ids,
+        gamma=5,
+        top_n=1,
+        fast=True,
+    )
+    plain_eos = GenerationSession(
+        model,
+        ids,
+        SamplerSettings(temperature=0, max_new_tokens=n),
+        top_n=1,
+        eos_token_ids=bundle.eos_token_ids,
+        fast=True,
+    )
+    _, plain_secs = timed(device, lambda: list(plain_eos.stream()))
+    out, spec_secs = timed(device, lambda: spec.run(n))
+    plain_tps = len(plain_eos.generated_ids) / plain_secs
+    spec_tps = len(out) / spec_secs
+    same = out == plain_eos.generated_ids
+    say(
+        line("4. n-gram speculative vs plain greedy", spec_tps, plain_tps, "tok/s", "spec", "plain")
+    )
+    say(
+        f"   identical output: {'yes' if same else 'NO'}; "
+        f"acceptance {spec.stats.acceptance_rate:.0%}, "
+        f"{spec.stats.target_passes} target passes for {len(out)} tokens"
+    )
+    results["ngram"] = {"spec": spec_tps, "plain": plain_tps, "identical": same}
+    return results
+
+
+def run_gpu_bench(say: Callable[[str], None]) -> None:
+    if not torch.cuda.is_available():
+        say("7. GPU: skipped, no CUDA device on this machine")
+        return
+    from engine.catalog import open_model
+
+    bundle = open_model("smollm2-135m", device="cuda", dtype="bfloat16")
+    say(f"7. GPU: {torch.cuda.get_device_name()}")
+    run_engine_bench(bundle, lambda m: say("   " + m))

@@ -1,0 +1,214 @@
+"""A lean decode path for Llama-family models (SmolLM2, Llama, TinyLlama...).
+
+At batch 1 a small model spends much of each token on launching ~40 small ops per layer, not
+on arithmetic. This path reuses the model's own weights, but fuses q/k/v and gate/up into one
+matrix product each, keeps a preallocated KV cache written in place, precomputes the rotary
+tables, and calls scaled_dot_product_attention directly: ~15 ops per layer. RMSNorm and
+RoPE follow transformers' Llama code (norm computed in float32), so the logits agree with
+``model(...)`` to float rounding; tests compare both.
+
+``LlamaFastStepper`` has the interface of ``engine.generate.ModelStepper`` (``logits``,
+``truncate``, ``cached``, ``forward_passes``), so sessions can use either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED = ("llama",)
+
+
+class FastPathUnsupported(ValueError):
+    """The model is not a plain Llama-family decoder this path knows how to run."""
+
+
+def supports(model: torch.nn.Module) -> str | None:
+    """None if the fast path can run ``model``, else the reason it cannot."""
+    cfg = model.config
+    if getattr(cfg, "model_type", None) not in SUPPORTED:
+        return f"model type {getattr(cfg, 'model_type', '?')!r} (fast path: {', '.join(SUPPORTED)})"
+    if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
+        return "bias terms"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"activation {cfg.hidden_act}"
+    rope = getattr(cfg, "rope_scaling", None) or {}
+    if rope and rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
+        return f"rope scaling {rope}"
+    return None
+
+
+def _fused(*linears: torch.nn.Linear) -> torch.Tensor:
+    """One weight matrix for several linear layers with the same input. The layers' own
+    weights become views into it, so the memory is shared with the model, not copied; a model
+    moved to another dtype or device afterwards gets fused again."""
+    weights = [m.weight for m in linears]
+    base = weights[0].data
+    storage = base.untyped_storage()
+    offset = 0
+    for w in weights:  # already fused: consecutive views of one storage
+        if (
+            w.data.untyped_storage().data_ptr() != storage.data_ptr()
+            or w.data.storage_offset() != offset
+        ):
+            break
+        offset += w.numel()
+    else:
+        total = sum(w.shape[0] for w in weights)
+        return base.as_strided((total, base.shape[1]), base.stride(), base.storage_offset())
+    fused = torch.cat([w.data for w in weights])
+    row = 0
+    for m in linears:
+        rows = m.weight.shape[0]
+        m.weight.data = fused[row : row + rows]
+        row += rows
+    return fused
+
+
+class LlamaFastStepper:
+    def __init__(self, model: torch.nn.Module, max_len: int | None = None) -> None:
+        reason = supports(model)
+        if reason is not None:
+            raise FastPathUnsupported(f"The fast path does not support this model: {reason}")
+        cfg = model.config
+        self.model = model
+        inner = model.model
+        self.device = inner.embed_tokens.weight.device
+        self.dtype = inner.embed_tokens.weight.dtype
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.hidden = cfg.hidden_size
+        self.eps = cfg.rms_norm_eps
+        self.max_len = max_len or cfg.max_position_embeddings
+        with torch.no_grad():
+            self.embed = inner.embed_tokens.weight
+            self.layers = [
+                (
+                    layer.input_layernorm.weight,
+                    _fused(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+                    layer.self_attn.o_proj.weight,
+                    layer.post_attention_layernorm.weight,
+                    _fused(layer.mlp.gate_proj, layer.mlp.up_proj),
+                    layer.mlp.down_proj.weight,
+                )
+                for layer in inner.layers
+            ]
+            self.final_norm = inner.norm.weight
+            self.lm_head = model.get_output_embeddings().weight
+            rotary = inner.rotary_emb
+            self.inv_freq = rotary.inv_freq.float()
+            self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        self.forward_passes = 0
+        self._cached_ids: list[int] = []
+        self._k: torch.Tensor | None = None  # [layers, kv_heads, capacity, head_dim]
+        self._v: torch.Tensor | None = None
+
+    @property
+    def cached(self) -> int:
+        return len(self._cached_ids)
+
+    def reset_cache(self) -> None:
+        self._cached_ids = []
+
+    def truncate(self, length: int) -> None:
+        # The cache is a preallocated buffer: forgetting positions is just moving the end.
+        del self._cached_ids[max(0, length) :]
+
+    def _ensure_capacity(self, needed: int) -> None:
+        have = 0 if self._k is None else self._k.shape[2]
+        if needed <= have:
+            return
+        capacity = min(self.max_len, max(needed, 2 * have, 256))
+        shape = (len(self.layers), self.n_kv, capacity, self.head_dim)
+        k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if self._k is not None and self._v is not None:
+            k[:, :, :have] = self._k
+            v[:, :, :have] = self._v
+        self._k, self._v = k, v
+
+    def _common_prefix(self, ids: Sequence[int]) -> int:
+        n = len(self._cached_ids)
+        if list(ids[:n]) == self._cached_ids:
+            return n
+        for i, (a, b) in enumerate(zip(self._cached_ids, ids, strict=False)):
+            if a != b:
+                return i
+        return min(n, len(ids))
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        # As transformers' LlamaRMSNorm: statistics in float32, scale in the model dtype.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return weight * x32.to(x.dtype)
+
+    def _rope(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = torch.arange(start, start + n, device=self.device, dtype=torch.float32)
+        freqs = torch.outer(pos, self.inv_freq.to(self.device))  # [n, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.rope_scale).to(self.dtype), (emb.sin() * self.rope_scale).to(
+            self.dtype
+        )
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        # x: [heads, n, D]; cos, sin: [n, D]
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    @torch.inference_mode()
+    def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
+        """Same contract as ModelStepper.logits: [keep, vocab] float32."""
+        if len(ids) < keep:
+            raise ValueError(f"need at least {keep} ids, got {len(ids)}")
+        if len(ids) > self.max_len:
+            raise ValueError(f"{len(ids)} tokens exceed the model's context of {self.max_len}")
+        start = min(self._common_prefix(ids), len(ids) - keep)
+        self.truncate(start)
+        new = list(ids[start:])
+        n = len(new)
+        self._ensure_capacity(start + n)
+        k_all, v_all = self._k, self._v
+        assert k_all is not None and v_all is not None
+        cos, sin = self._rope(start, n)
+        x = self.embed[torch.tensor(new, device=self.device)]  # [n, hidden]
+        end = start + n
+        # causal mask for the new rows over all cached + new positions (None for one row)
+        mask = None
+        if n > 1:
+            mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
+        q_size = self.n_heads * self.head_dim
+        kv_size = self.n_kv * self.head_dim
+        for i, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
+            h = self._norm(x, w_in)
+            qkv = h @ w_qkv.T  # [n, q + 2 kv]
+            q = qkv[:, :q_size].view(n, self.n_heads, self.head_dim).transpose(0, 1)
+            k = qkv[:, q_size : q_size + kv_size].view(n, self.n_kv, self.head_dim).transpose(0, 1)
+            v = qkv[:, q_size + kv_size :].view(n, self.n_kv, self.head_dim).transpose(0, 1)
+            q = self._rotate(q, cos, sin)
+            k_all[i, :, start:end] = self._rotate(k, cos, sin)
+            v_all[i, :, start:end] = v
+            att = F.scaled_dot_product_attention(
+                q[None], k_all[i, :, :end][None], v_all[i, :, :end][None],
+                attn_mask=mask, enable_gqa=self.n_heads != self.n_kv,
+            )[0]  # fmt: skip
+            x = x + att.transpose(0, 1).reshape(n, q_size) @ w_o.T
+            h = self._norm(x, w_post)
+            gate, up = (h @ w_gu.T).chunk(2, dim=-1)
+            x = x + (F.silu(gate) * up) @ w_down.T
+        x = self._norm(x[-keep:], self.final_norm)
+        self.forward_passes += 1
+        self._cached_ids.extend(new)
+        return (x @ self.lm_head.T).float()  # [keep, vocab]
+
+
+def fast_stepper_or_none(model: torch.nn.Module, **kwargs: Any) -> LlamaFastStepper | None:
+    """The fast path when the model supports it, else None (use ModelStepper)."""
+    if getattr(model.config, "is_encoder_decoder", False) or supports(model) is not None:
+        return None
+    return LlamaFastStepper(model, **kwargs)

@@ -1,0 +1,157 @@
+"""GUI benchmarks: the window (offscreen, live plots) vs the headless engine, the event loop's
+longest stall while generating, start-up time and peak memory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QEventLoop, QSettings, QTimer
+
+from engine.bench import line, ours_rate
+from engine.models import ModelBundle
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _wait(app: Any, cond: Callable[[], bool], timeout: float = 600) -> None:
+    end = time.time() + timeout
+    while not cond() and time.time() < end:
+        app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+        time.sleep(0.001)
+
+
+def run_gui_bench(
+    bundle: ModelBundle, say: Callable[[str], None], new_tokens: int = 128
+) -> dict[str, Any]:
+    from gui.app import make_app
+    from gui.window import MainWindow
+
+    app = make_app()
+    tmp = Path(tempfile.mkdtemp())
+    window = MainWindow(
+        QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat),
+        autoload=False,
+        autosave_path=tmp / "autosave.json",
+    )
+    window.resize(1600, 900)
+    window.show()
+    bundle.source_key = "smollm2-135m"  # type: ignore[attr-defined]
+    window.runner.bundle = bundle
+    window._on_model_loaded(bundle)
+    prompt = "Write a short poem about the sea."
+    window.prompt.setPlainText(prompt)
+    window.sampler.set_settings(
+        window.sampler.settings().with_(temperature=0.0, max_new_tokens=new_tokens)
+    )
+    # run once to warm up, then measure
+    results: dict[str, Any] = {}
+    for attempt in ("warm-up", "measured"):
+        gaps: list[float] = []
+        last = [time.perf_counter()]
+
+        def beat(gaps: list[float] = gaps, last: list[float] = last) -> None:
+            now = time.perf_counter()
+            gaps.append(now - last[0])
+            last[0] = now
+
+        heartbeat = QTimer()
+        heartbeat.setInterval(10)
+        heartbeat.timeout.connect(beat)
+        window.last_summary = None
+        heartbeat.start()
+        window.generate()
+        _wait(app, lambda: window.last_summary is not None and not window.runner.busy)
+        heartbeat.stop()
+        if attempt == "measured":
+            gui_rate = window.last_summary.tokens_per_s
+            ids = bundle.encode_prompt(prompt)
+            headless, _ = ours_rate(bundle, ids, len(window.steps), fast=True, top_n=50)
+            say(
+                line(
+                    "2. GUI (offscreen, live plots) vs headless",
+                    gui_rate,
+                    headless,
+                    "tok/s",
+                    "GUI",
+                    "engine",
+                )
+            )
+            g = np.array(gaps[1:]) * 1000
+            say(
+                f"3. event loop while generating: longest stall {g.max():.1f} ms, 99th percentile "
+                f"{np.percentile(g, 99):.1f} ms (10 ms heartbeat, {len(g)} beats)"
+            )
+            results.update(
+                gui=gui_rate,
+                headless=headless,
+                max_stall_ms=float(g.max()),
+                p99_stall_ms=float(np.percentile(g, 99)),
+            )
+    window.close()
+    return results
+
+
+STARTUP_CHILD = r"""
+import json, sys, time, resource
+t_import = time.time()
+sys.path.insert(0, {root!r})
+from PySide6.QtCore import QSettings
+from gui.app import make_app
+from gui.window import MainWindow
+app = make_app()
+store = QSettings({ini!r}, QSettings.Format.IniFormat)
+w = MainWindow(store, autoload=False, autosave_path={auto!r})
+w.show()
+app.processEvents()
+shown = time.time()
+from engine.catalog import open_model
+t = time.time()
+bundle = open_model("smollm2-135m")
+ready = time.time()
+print(json.dumps({{"shown": shown, "load_s": ready - t, "ready": ready}}), flush=True)
+"""
+
+RSS_CHILD = r"""
+import json, sys, resource
+sys.path.insert(0, {root!r})
+from engine.catalog import open_model
+from engine import GenerationSession, SamplerSettings
+b = open_model("smollm2-135m")
+ids = b.encode_prompt("Tell me a very long story about a lighthouse.")
+s = GenerationSession(b.model, ids, SamplerSettings(temperature=0.8, top_k=40, max_new_tokens={n},
+                      min_new_tokens={n}), tokenizer=b.tokenizer, eos_token_ids=b.eos_token_ids,
+                      top_n=50, keep_candidates=2000, fast=True)
+list(s.stream())
+print(json.dumps({{"tokens": len(s.generated_ids),
+                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+
+def run_startup_bench(say: Callable[[str], None], rss_tokens: int = 2000) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp())
+    code = STARTUP_CHILD.format(root=str(ROOT), ini=str(tmp / "s.ini"), auto=str(tmp / "a.json"))
+    start = time.time()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    shown = data["shown"] - start
+    ready = data["ready"] - start
+    say(
+        f"6. start-up: process start to window shown {shown:.2f} s; SmolLM2 ready (warm cache) "
+        f"{data['load_s']:.2f} s after asking, {ready:.2f} s after process start"
+    )
+    code = RSS_CHILD.format(root=str(ROOT), n=rss_tokens)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    rss = json.loads(out.stdout.strip().splitlines()[-1])
+    say(
+        f"   peak RSS with SmolLM2 loaded and a {rss['tokens']}-token generation: "
+        f"{rss['peak_rss_mb']:.0f} MB"
+    )
+    return {"window_shown_s": shown, "model_load_s": data["load_s"], "ready_s": ready, **rss}

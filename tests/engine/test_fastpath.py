@@ -1,0 +1,77 @@
+"""The lean Llama decode path agrees with the model's own forward."""
+
+import pytest
+import torch
+
+from engine import GenerationSession, SamplerSettings
+from engine.fastpath import FastPathUnsupported, LlamaFastStepper, fast_stepper_or_none
+from engine.generate import ModelStepper
+from engine.speculative import NGramDrafter, SpeculativeSession
+from tiny_models import tiny_gpt2, tiny_llama, tiny_t5
+
+PROMPT = [5, 17, 33, 90, 41, 7]
+
+
+def test_logits_match_the_model_forward_through_prefill_decode_and_crop():
+    model = tiny_llama()
+    fast, ref = LlamaFastStepper(model), ModelStepper(model, use_cache=False)
+    seqs = [PROMPT, PROMPT + [3], PROMPT + [3, 9, 11], PROMPT + [4], PROMPT[:3] + [8, 8]]
+    for seq in seqs:  # each one extends, branches from or rewinds the previous
+        keep = min(3, len(seq))
+        torch.testing.assert_close(
+            fast.logits(seq, keep=keep), ref.logits(seq, keep=keep), atol=1e-4, rtol=1e-4
+        )
+    assert fast.cached == len(seqs[-1])
+
+
+def test_greedy_session_equals_transformers_generate():
+    model = tiny_llama()
+    ref = model.generate(
+        torch.tensor([PROMPT]), max_new_tokens=40, do_sample=False, eos_token_id=None
+    )
+    session = GenerationSession(
+        model,
+        PROMPT,
+        SamplerSettings(temperature=0, max_new_tokens=40),
+        eos_token_ids=[],
+        fast=True,
+    )
+    assert session.fast
+    assert [s.token_id for s in session.stream()] == ref[0, len(PROMPT) :].tolist()
+
+
+def test_branch_on_the_fast_path_matches_the_reference_path():
+    model = tiny_llama()
+    s = SamplerSettings(temperature=0, max_new_tokens=12)
+    runs = []
+    for fast in (True, False):
+        session = GenerationSession(model, PROMPT, s, eos_token_ids=[], fast=fast)
+        list(session.stream())
+        session.branch(5, 42)
+        list(session.stream(6))
+        runs.append(session.generated_ids)
+    assert runs[0] == runs[1]
+
+
+def test_speculative_on_the_fast_path_equals_plain_greedy():
+    model = tiny_llama()
+    prompt = PROMPT * 3
+    ref = model.generate(
+        torch.tensor([prompt]), max_new_tokens=30, do_sample=False, eos_token_id=None
+    )
+    spec = SpeculativeSession(
+        model, prompt, NGramDrafter(), SamplerSettings(temperature=0), eos_token_ids=[], fast=True
+    )
+    assert spec.run(30) == ref[0, len(prompt) :].tolist()
+
+
+@pytest.mark.parametrize("factory", [tiny_gpt2, tiny_t5])
+def test_other_architectures_fall_back(factory):
+    model = factory()
+    assert fast_stepper_or_none(model) is None
+    with pytest.raises(FastPathUnsupported):
+        LlamaFastStepper(model)
+    session = GenerationSession(
+        model, PROMPT, SamplerSettings(temperature=0, max_new_tokens=3), eos_token_ids=[], fast=True
+    )
+    assert not session.fast and len(list(session.stream())) == 3
