@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
-import time
+
+# A windowed (packaged) build has no console: sys.stdout / sys.stderr are None there, and
+# transformers' and tqdm's progress output would crash the app. Point them somewhere first.
+if sys.stdout is None:
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+if sys.stderr is None:
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+import argparse  # noqa: E402
+import time  # noqa: E402
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -266,6 +275,11 @@ def cli(argv: list[str] | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`decoding-lab`: the window, or the CLI when a command is given."""
     argv = sys.argv[1:] if argv is None else argv
+    if "--self-test" in argv:
+        from gui.selftest import run_self_test
+
+        rest = [a for a in argv if a != "--self-test"]
+        return run_self_test(rest[0] if rest else None)
     if argv and not argv[0].startswith("-") or any(a in ("-h", "--help") for a in argv):
         return cli(argv)
     try:

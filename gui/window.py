@@ -964,6 +964,31 @@ class MainWindow(QMainWindow):
         )
         self.legend.setText(text)
 
+    def about_text(self) -> str:
+        import platform
+        from importlib.metadata import PackageNotFoundError, version
+
+        def v(name: str) -> str:
+            try:
+                return version(name)
+            except PackageNotFoundError:
+                return "?"
+
+        models = "".join(f"<li><b>{m.title}</b>: {m.licence}</li>" for m in BUNDLED.values())
+        return (
+            f"<h3>Decoding Lab {v('decoding-lab')}</h3>"
+            "<p>Explore by hand how a language model turns probabilities into text.</p>"
+            f"<p>Python {platform.python_version()} · torch {v('torch')} · transformers "
+            f"{v('transformers')} · PySide6 {v('PySide6-Essentials')} · "
+            f"pyqtgraph {v('pyqtgraph')}</p>"
+            f"<p>Bundled models:</p><ul>{models}</ul>"
+            "<p>Decoding Lab is licensed under Apache-2.0.</p>"
+        )
+
+    @Slot()
+    def show_about(self) -> None:
+        QMessageBox.about(self, "About Decoding Lab", self.about_text())
+
     # -- export -------------------------------------------------------------------------------
 
     def export(self, kind: str, path: str | None = None) -> bool:

@@ -1,0 +1,31 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_self_test_from_the_source_tree(tmp_path):
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "main.py"), "--self-test", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("self-test OK")
+    assert "smollm2-135m 16 tokens" in out.stdout and "tiny-t5 16 tokens" in out.stdout
+    assert (tmp_path / "self-test.png").stat().st_size > 20000
+    assert "all good" in (tmp_path / "self-test.log").read_text()
+
+
+def test_about_lists_versions_and_model_licences(qtbot, window):
+    text = window.about_text()
+    assert "torch" in text and "transformers" in text and "Apache-2.0" in text
+    assert "SmolLM2" in text and "Tiny T5" in text
