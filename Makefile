@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench setup clean
+.PHONY: run test lint bench package setup clean
 
 $(STAMP): pyproject.toml Makefile
 	bash .ci/system-deps
@@ -29,6 +29,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) main.py bench
+
+package: $(STAMP)
+	bash resources/packaging/build.sh
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

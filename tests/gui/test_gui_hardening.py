@@ -147,7 +147,10 @@ def test_stop_close_and_switch_a_hundred_times(qtbot, store, autosave, tiny_dir,
     load(qtbot, w, tiny_dir)
     set_settings(w, max_new_tokens=100000)
     w.prompt.setPlainText("again and again")
+    rss_at_10 = 0
     for i in range(100):
+        if i == 10:
+            rss_at_10 = rss_mb()
         if i % 3 == 0:  # stop mid-generation
             w.generate()
             qtbot.waitUntil(lambda: produced(w) >= 1, timeout=10000)
@@ -172,10 +175,23 @@ def test_stop_close_and_switch_a_hundred_times(qtbot, store, autosave, tiny_dir,
             assert not other.runner.thread_running()
             other.deleteLater()
     assert not w.runner.thread_running()
+    growth = rss_mb() - rss_at_10
+    assert growth < 60, f"memory grew by {growth:.0f} MB over 90 stop/switch/close rounds"
     set_settings(w, max_new_tokens=5, temperature=0)
     run(qtbot, w, w.generate)
     assert len(w.steps) == 5
     w.close()
+
+
+def rss_mb() -> float:
+    import gc
+
+    gc.collect()
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def test_ten_thousand_tokens_memory_is_bounded_and_window_responsive(qtbot, window, tmp_path):
