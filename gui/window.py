@@ -381,6 +381,11 @@ class MainWindow(QMainWindow):
         menu.addAction(
             action("Quit", QKeySequence.StandardKey.Quit, "Close Decoding Lab", self.close)
         )
+        help_menu = self.menuBar().addMenu("&Help")
+        self.act_about = action(
+            "About Decoding Lab", None, "Versions and licences", self.show_about
+        )
+        help_menu.addAction(self.act_about)
         self.export_button = tb.addAction("Export…")
         self.export_button.setToolTip("Save the run: JSON, CSV, PNG or Markdown")
         self.export_button.triggered.connect(lambda: self.export("json"))
