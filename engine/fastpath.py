@@ -141,10 +141,9 @@ class LlamaFastStepper:
         return min(n, len(ids))
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # As transformers' LlamaRMSNorm: statistics in float32, scale in the model dtype.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * x32.to(x.dtype)
+        # As transformers' LlamaRMSNorm: normalise in float32, then scale in the model dtype
+        # (one fused kernel instead of five small ops).
+        return weight * F.rms_norm(x.float(), (self.hidden,), eps=self.eps).to(x.dtype)
 
     def _rope(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         pos = torch.arange(start, start + n, device=self.device, dtype=torch.float32)
@@ -187,12 +186,14 @@ class LlamaFastStepper:
         for i, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
             h = self._norm(x, w_in)
             qkv = h @ w_qkv.T  # [n, q + 2 kv]
-            q = qkv[:, :q_size].view(n, self.n_heads, self.head_dim).transpose(0, 1)
-            k = qkv[:, q_size : q_size + kv_size].view(n, self.n_kv, self.head_dim).transpose(0, 1)
-            v = qkv[:, q_size + kv_size :].view(n, self.n_kv, self.head_dim).transpose(0, 1)
-            q = self._rotate(q, cos, sin)
-            k_all[i, :, start:end] = self._rotate(k, cos, sin)
-            v_all[i, :, start:end] = v
+            # rotate q and k together: [heads + kv_heads, n, D]
+            qk = qkv[:, : q_size + kv_size].view(n, self.n_heads + self.n_kv, self.head_dim)
+            qk = self._rotate(qk.transpose(0, 1), cos, sin)
+            q = qk[: self.n_heads]
+            k_all[i, :, start:end] = qk[self.n_heads :]
+            v_all[i, :, start:end] = (
+                qkv[:, q_size + kv_size :].view(n, self.n_kv, self.head_dim).transpose(0, 1)
+            )
             att = F.scaled_dot_product_attention(
                 q[None], k_all[i, :, :end][None], v_all[i, :, :end][None],
                 attn_mask=mask, enable_gqa=self.n_heads != self.n_kv,
