@@ -3,6 +3,8 @@ explicitly (no auto-range per frame). Only the GUI thread calls these."""
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Signal
@@ -171,7 +173,8 @@ def step_summary(step: Step | None) -> str:
         return "Next-token probabilities appear here after the first token."
     survivors = f"{step.survivors} token{'s' if step.survivors != 1 else ''} could be picked"
     return (
-        f"<b>Step {step.index + 1}</b>: chose <code>'{_short(step.token_str, 24)}'</code> "
+        f"<b>Step {step.index + 1}</b>: chose "
+        f"<code>'{html.escape(_short(step.token_str, 24))}'</code> "
         f"({step.raw_prob:.0%} → {step.prob:.0%} after the sampler) · entropy "
         f"{step.entropy_raw:.2f} → {step.entropy:.2f} bits · {survivors}"
     )

@@ -290,3 +290,25 @@ def test_stop_during_load_keeps_the_previous_model(qtbot, window, tiny_dir, tiny
     window.stop()
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=60000)
     assert window.bundle is first
+
+
+def test_step_summary_escapes_special_tokens():
+    from engine.records import Step
+    from gui.widgets.plots import step_summary
+
+    step = Step(
+        index=0,
+        token_id=2,
+        text="",
+        token_str="<|im_end|>",
+        raw_prob=0.8,
+        prob=1.0,
+        rank=1,
+        candidates=(),
+        survivors=1,
+        entropy_raw=1.0,
+        entropy=0.0,
+        step_time=0.01,
+        tokens_per_s=10.0,
+    )
+    assert "&lt;|im_end|&gt;" in step_summary(step)
