@@ -251,6 +251,7 @@ class MainWindow(QMainWindow):
         self.status_text = QLabel("")
         # Long messages must never widen the window: let the label shrink and elide.
         self.status_text.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.status_text.setTextFormat(Qt.TextFormat.PlainText)  # messages may quote <tokens>
         self.status_text.setMinimumWidth(1)
         self.rate_label = QLabel("")
         sb = self.statusBar()
@@ -889,6 +890,7 @@ class MainWindow(QMainWindow):
         box = QMessageBox(
             QMessageBox.Icon.Warning, "Decoding Lab", message, QMessageBox.StandardButton.Ok, self
         )
+        box.setTextFormat(Qt.TextFormat.PlainText)
         box.setWindowModality(Qt.WindowModality.WindowModal)
         box.open()
         self._error_box = box
