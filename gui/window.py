@@ -594,7 +594,7 @@ class MainWindow(QMainWindow):
             step = recorder.record(
                 i,
                 values,
-                0.0,
+                result.seconds / max(1, len(path)),  # beam steps are not timed one by one
                 result.tokens_per_s,
                 self.bundle.eos_token_ids if self.bundle else (),
                 source="beam",
@@ -818,10 +818,14 @@ class MainWindow(QMainWindow):
             x, {"running": series["running"], "this step": series["per_step"]},
             f"{last.tokens_per_s:.1f} tok/s · {last.step_time * 1000:.0f} ms/token",
         )  # fmt: skip
-        self.entropy.set_series(
-            x, {"model": series["h_raw"], "after sampler": series["h"]},
-            f"entropy {last.entropy_raw:.2f} bits ≈ {2 ** last.entropy_raw:.0f} tokens",
-        )  # fmt: skip
+        if last.source == "beam":  # a beam's tokens have no single distribution to measure
+            self.entropy.clear_series()
+            self.entropy.getPlotItem().setTitle("entropy: n/a for beams")
+        else:
+            self.entropy.set_series(
+                x, {"model": series["h_raw"], "after sampler": series["h"]},
+                f"entropy {last.entropy_raw:.2f} bits ≈ {2 ** last.entropy_raw:.0f} tokens",
+            )  # fmt: skip
         self.speed.mark(self.selected + 1 if self.selected is not None else None)
         self.entropy.mark(self.selected + 1 if self.selected is not None else None)
         self.rate_label.setText(f"{len(steps)} tokens · {last.tokens_per_s:.1f} tok/s")

@@ -50,6 +50,8 @@ def test_beam_search_draws_a_tree_and_shows_the_best(qtbot, window, tiny_dir):
     assert [s.token_id for s in window.pane.steps] == ref.token_ids
     assert len(window.beam_tree.events) == ref.steps
     assert window.tabs.currentWidget() is window.beam_tree
+    assert "n/a for beams" in window.entropy.getPlotItem().titleLabel.text
+    assert all(s.step_time > 0 for s in window.steps)
     window.dist.bar_clicked.emit(0, 5)
     assert "Sampling method" in window.last_error
 
