@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine.generate import common_prefix
+
 SUPPORTED = ("llama",)
 
 
@@ -131,15 +133,6 @@ class LlamaFastStepper:
             v[:, :, :have] = self._v
         self._k, self._v = k, v
 
-    def _common_prefix(self, ids: Sequence[int]) -> int:
-        n = len(self._cached_ids)
-        if list(ids[:n]) == self._cached_ids:
-            return n
-        for i, (a, b) in enumerate(zip(self._cached_ids, ids, strict=False)):
-            if a != b:
-                return i
-        return min(n, len(ids))
-
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # As transformers' LlamaRMSNorm: normalise in float32, then scale in the model dtype
         # (one fused kernel instead of five small ops).
@@ -167,7 +160,7 @@ class LlamaFastStepper:
             raise ValueError(f"need at least {keep} ids, got {len(ids)}")
         if len(ids) > self.max_len:
             raise ValueError(f"{len(ids)} tokens exceed the model's context of {self.max_len}")
-        start = min(self._common_prefix(ids), len(ids) - keep)
+        start = min(common_prefix(self._cached_ids, ids), len(ids) - keep)
         self.truncate(start)
         new = list(ids[start:])
         n = len(new)

@@ -16,7 +16,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -78,6 +78,17 @@ def context_length(model: torch.nn.Module) -> int | None:
     return None  # relative positions (T5): no hard limit
 
 
+def common_prefix(cached: list[int], ids: Sequence[int]) -> int:
+    """How many leading ids two sequences share (the cache positions that can be kept)."""
+    n = len(cached)
+    if list(ids[:n]) == cached:  # the usual case: the sequence only grew
+        return n
+    for i, (a, b) in enumerate(zip(cached, ids, strict=False)):
+        if a != b:
+            return i
+    return min(n, len(ids))
+
+
 class ModelStepper:
     """Runs the model on a growing (decoder) sequence and returns next-token logits.
 
@@ -137,15 +148,6 @@ class ModelStepper:
             self._cache.crop(length - self.cached)
             del self._cached_ids[length:]
 
-    def _common_prefix(self, ids: Sequence[int]) -> int:
-        n = len(self._cached_ids)
-        if list(ids[:n]) == self._cached_ids:
-            return n
-        for i, (a, b) in enumerate(zip(self._cached_ids, ids, strict=False)):
-            if a != b:
-                return i
-        return min(n, len(ids))
-
     @torch.inference_mode()
     def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
         """ids: the whole decoder sequence so far. Returns the logits of its last ``keep``
@@ -154,7 +156,7 @@ class ModelStepper:
         if len(ids) < keep:
             raise ValueError(f"need at least {keep} ids, got {len(ids)}")
         if self.use_cache:
-            self.truncate(min(self._common_prefix(ids), len(ids) - keep))
+            self.truncate(min(common_prefix(self._cached_ids, ids), len(ids) - keep))
             new = list(ids[self.cached :])
         else:
             new = list(ids)
@@ -261,6 +263,46 @@ class TokenTable:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class DecodeStart:
+    """Where a run starts: the decoder sequence, the encoder input (encoder-decoder only), the
+    EOS ids and the context limit. Shared by plain and speculative sessions."""
+
+    is_encoder_decoder: bool
+    eos_token_ids: tuple[int, ...]
+    encoder_ids: list[int]
+    ids: list[int]
+    max_context: int | None
+
+
+def decode_start(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    eos_token_ids: int | Iterable[int] | None,
+    max_context: int | None,
+) -> DecodeStart:
+    prompt = [int(i) for i in prompt_ids]
+    if not prompt:
+        raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
+    if eos_token_ids is None:
+        eos_token_ids = getattr(model.config, "eos_token_id", None)
+    eos = tuple(_as_id_list(eos_token_ids))
+    if getattr(model.config, "is_encoder_decoder", False):
+        start = model.config.decoder_start_token_id
+        if start is None:
+            raise ValueError(
+                "This encoder-decoder model has no decoder_start_token_id in its config."
+            )
+        return DecodeStart(True, eos, prompt, [int(start)], max_context)
+    limit = max_context or context_length(model)
+    if limit is not None and len(prompt) >= limit:
+        raise ValueError(
+            f"The prompt has {len(prompt)} tokens but the model's context holds {limit}: "
+            "shorten the prompt."
+        )
+    return DecodeStart(False, eos, [], prompt, limit)
+
+
 def _step_seed(seed: int, index: int) -> int:
     # One generator state per (seed, step): a branch replays the same randomness at each index.
     return (seed * 6364136223846793005 + index * 1442695040888963407 + 1) % (2**63 - 1)
@@ -287,45 +329,25 @@ class GenerationSession:
         keep_candidates: int | None = None,
         fast: bool = False,
     ) -> None:
-        prompt_ids = [int(i) for i in prompt_ids]
-        if not prompt_ids:
-            raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
         if top_n < 1:
             raise ValueError("top_n must be >= 1")
+        start = decode_start(model, prompt_ids, eos_token_ids, max_context)
         self.model = model
         self.tokenizer = tokenizer
         self.top_n = top_n
-        self.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
-        if eos_token_ids is None:
-            eos_token_ids = getattr(model.config, "eos_token_id", None)
-        self.eos_token_ids = tuple(_as_id_list(eos_token_ids))
+        self.is_encoder_decoder = start.is_encoder_decoder
+        self.eos_token_ids = start.eos_token_ids
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        if self.is_encoder_decoder:
-            start = model.config.decoder_start_token_id
-            if start is None:
-                raise ValueError(
-                    "This encoder-decoder model has no decoder_start_token_id in its config."
-                )
-            self.encoder_ids = prompt_ids
-            self.ids = [int(start)]
-            self.max_context = max_context
-        else:
-            self.encoder_ids = []
-            self.ids = list(prompt_ids)
-            self.max_context = max_context or context_length(model)
-            if self.max_context is not None and len(self.ids) >= self.max_context:
-                raise ValueError(
-                    f"The prompt has {len(self.ids)} tokens but the model's context holds "
-                    f"{self.max_context}: shorten the prompt."
-                )
+        self.encoder_ids = start.encoder_ids
+        self.ids = start.ids
+        self.max_context = start.max_context
         self.prompt_length = len(self.ids)
         # Memory bound for long runs: only the last `keep_candidates` records keep all top-N
         # candidates; older ones keep their top 5.
         self.keep_candidates = keep_candidates
         self.stepper = make_stepper(
-            model, self.encoder_ids if self.is_encoder_decoder else None, use_cache, fast,
-            self.max_context,
-        )  # fmt: skip
+            model, self.encoder_ids or None, use_cache, fast, self.max_context
+        )
         self.device = self.stepper.device
         self.fast = not isinstance(self.stepper, ModelStepper)
         self.history: list[Step] = []

@@ -29,12 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from engine.generate import (
-    EmptyPromptError,
     ModelStepper,
     NonFiniteLogitsError,
     StepRecorder,
-    _as_id_list,
     context_length,
+    decode_start,
     make_stepper,
     summarise,
 )
@@ -255,33 +254,24 @@ class SpeculativeSession:
         max_context: int | None = None,
         fast: bool = False,
     ) -> None:
-        prompt_ids = [int(i) for i in prompt_ids]
-        if not prompt_ids:
-            raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
         if gamma < 1:
             raise ValueError("gamma must be >= 1")
+        start = decode_start(target, prompt_ids, eos_token_ids, max_context)
         self.target = target
         self.drafter = drafter
         self.gamma = gamma
         self.top_n = top_n
-        self.is_encoder_decoder = bool(getattr(target.config, "is_encoder_decoder", False))
-        if eos_token_ids is None:
-            eos_token_ids = getattr(target.config, "eos_token_id", None)
-        self.eos_token_ids = tuple(_as_id_list(eos_token_ids))
-        if self.is_encoder_decoder:
-            self.ids = [int(target.config.decoder_start_token_id)]
-            self.max_context = max_context
-        else:
-            self.ids = list(prompt_ids)
-            self.max_context = max_context or context_length(target)
+        self.is_encoder_decoder = start.is_encoder_decoder
+        self.eos_token_ids = start.eos_token_ids
+        self.ids = start.ids
+        self.max_context = start.max_context
         self.prompt_length = len(self.ids)
         if isinstance(sampler, SamplerSettings):
             sampler = ChainSampler(sampler, self.prompt_length, self.eos_token_ids)
         self.sampler = sampler
         self.stepper = make_stepper(
-            target, prompt_ids if self.is_encoder_decoder else None, use_cache, fast,
-            self.max_context,
-        )  # fmt: skip
+            target, start.encoder_ids or None, use_cache, fast, self.max_context
+        )
         self.device = self.stepper.device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.recorder = StepRecorder(tokenizer, top_n)

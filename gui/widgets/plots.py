@@ -65,12 +65,7 @@ class DistributionPlot(pg.PlotWidget):
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
-        self.setBackground(theme.plot_bg)
-        plot = self.getPlotItem()
-        for name in ("left", "bottom"):
-            axis = plot.getAxis(name)
-            axis.setPen(pg.mkPen(theme.muted))
-            axis.setTextPen(pg.mkPen(theme.text))
+        style_axes(self, theme)
         self.raw_kept.setOpts(brush=pg.mkBrush(theme.raw_bar), pen=pg.mkPen(None))
         self.raw_cut.setOpts(brush=pg.mkBrush(theme.cut_bar), pen=pg.mkPen(None))
         self.processed.setOpts(brush=pg.mkBrush(theme.kept_bar), pen=pg.mkPen(None))
@@ -78,7 +73,6 @@ class DistributionPlot(pg.PlotWidget):
         self.cut_line.setPen(pg.mkPen(theme.chosen, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
         self.cut_label.setColor(QColor(theme.chosen))
         self.legend.setLabelTextColor(theme.text)
-        plot.titleLabel.setAttr("color", theme.text)
         if self.step is not None:
             self.set_step(self.step)
 
@@ -167,6 +161,17 @@ class DistributionPlot(pg.PlotWidget):
             self.bar_clicked.emit(self.step.index, cands[index].token_id)
 
 
+def style_axes(widget: pg.PlotWidget, theme: Theme) -> None:
+    """Background, axes and title in the theme's colours."""
+    widget.setBackground(theme.plot_bg)
+    plot = widget.getPlotItem()
+    for name in ("left", "bottom"):
+        axis = plot.getAxis(name)
+        axis.setPen(pg.mkPen(theme.muted))
+        axis.setTextPen(pg.mkPen(theme.text))
+    plot.titleLabel.setAttr("color", theme.text)
+
+
 def step_summary(step: Step | None) -> str:
     """One line a class can read about the step the distribution plot shows."""
     if step is None:
@@ -215,14 +220,9 @@ class SeriesPlot(pg.PlotWidget):
         self.setXRange(0, 50, padding=0)
 
     def set_theme(self, theme: Theme) -> None:
-        self.setBackground(theme.plot_bg)
+        style_axes(self, theme)
         plot = self.getPlotItem()
-        for name in ("left", "bottom"):
-            axis = plot.getAxis(name)
-            axis.setPen(pg.mkPen(theme.muted))
-            axis.setTextPen(pg.mkPen(theme.text))
         self.legend.setLabelTextColor(theme.text)
-        plot.titleLabel.setAttr("color", theme.text)
         self.marker.setPen(pg.mkPen(theme.chosen, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
         plot.setTitle(plot.titleLabel.text)
 
