@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
+from PySide6.QtCore import QEventLoop, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
 from gui.window import MainWindow
@@ -39,3 +43,61 @@ def run_app(argv: list[str] | None = None) -> int:
     window = MainWindow()
     window.show()
     return app.exec()
+
+
+def isolated_window(folder: Path, size: tuple[int, int] = (1600, 900)) -> MainWindow:
+    """A shown window whose settings and autosave live in ``folder`` (self-test, benchmark),
+    so it neither reads nor changes the user's."""
+    folder = Path(folder)
+    window = MainWindow(
+        QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat),
+        autoload=False,
+        autosave_path=folder / "autosave.json",
+    )
+    window.resize(*size)
+    window.show()
+    return window
+
+
+def pump_until(
+    cond: Callable[[], bool],
+    timeout: float,
+    what: str,
+    on_tick: Callable[[], None] | None = None,
+) -> None:
+    """Run the event loop until ``cond()`` holds; TimeoutError after ``timeout`` seconds."""
+    app = QApplication.instance()
+    end = time.perf_counter() + timeout
+    while not cond():
+        if on_tick is not None:
+            on_tick()
+        if time.perf_counter() > end:
+            raise TimeoutError(f"timed out waiting for {what}")
+        app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+        time.sleep(0.002)
+
+
+class Heartbeat:
+    """A 10 ms timer on the GUI thread; the gaps between its beats show how long the event
+    loop was kept busy."""
+
+    def __init__(self, interval_ms: int = 10) -> None:
+        self.gaps: list[float] = []
+        self._last = time.perf_counter()
+        self._timer = QTimer()
+        self._timer.setInterval(interval_ms)
+        self._timer.timeout.connect(self._beat)
+
+    def _beat(self) -> None:
+        now = time.perf_counter()
+        self.gaps.append(now - self._last)
+        self._last = now
+
+    def start(self) -> None:
+        self.gaps.clear()
+        self._last = time.perf_counter()
+        self._timer.start()
+
+    def stop(self) -> list[float]:
+        self._timer.stop()
+        return self.gaps

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QEventLoop, QSettings, QTimer
 
 from engine.bench import line, ours_rate
 from engine.models import ModelBundle
@@ -21,28 +20,13 @@ from engine.models import ModelBundle
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _wait(app: Any, cond: Callable[[], bool], timeout: float = 600) -> None:
-    end = time.time() + timeout
-    while not cond() and time.time() < end:
-        app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-        time.sleep(0.001)
-
-
 def run_gui_bench(
     bundle: ModelBundle, say: Callable[[str], None], new_tokens: int = 128
 ) -> dict[str, Any]:
-    from gui.app import make_app
-    from gui.window import MainWindow
+    from gui.app import Heartbeat, isolated_window, make_app, pump_until
 
-    app = make_app()
-    tmp = Path(tempfile.mkdtemp())
-    window = MainWindow(
-        QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat),
-        autoload=False,
-        autosave_path=tmp / "autosave.json",
-    )
-    window.resize(1600, 900)
-    window.show()
+    make_app()
+    window = isolated_window(Path(tempfile.mkdtemp()))
     bundle.source_key = "smollm2-135m"  # type: ignore[attr-defined]
     window.runner.bundle = bundle
     window._on_model_loaded(bundle)
@@ -54,22 +38,14 @@ def run_gui_bench(
     # run once to warm up, then measure
     results: dict[str, Any] = {}
     for attempt in ("warm-up", "measured"):
-        gaps: list[float] = []
-        last = [time.perf_counter()]
-
-        def beat(gaps: list[float] = gaps, last: list[float] = last) -> None:
-            now = time.perf_counter()
-            gaps.append(now - last[0])
-            last[0] = now
-
-        heartbeat = QTimer()
-        heartbeat.setInterval(10)
-        heartbeat.timeout.connect(beat)
+        heartbeat = Heartbeat()
         window.last_summary = None
         heartbeat.start()
         window.generate()
-        _wait(app, lambda: window.last_summary is not None and not window.runner.busy)
-        heartbeat.stop()
+        pump_until(
+            lambda: window.last_summary is not None and not window.runner.busy, 600, "the run"
+        )
+        gaps = heartbeat.stop()
         if attempt == "measured":
             gui_rate = window.last_summary.tokens_per_s
             ids = bundle.encode_prompt(prompt)
@@ -100,16 +76,11 @@ def run_gui_bench(
 
 
 STARTUP_CHILD = r"""
-import json, sys, time, resource
-t_import = time.time()
+import json, sys, time
 sys.path.insert(0, {root!r})
-from PySide6.QtCore import QSettings
-from gui.app import make_app
-from gui.window import MainWindow
+from gui.app import isolated_window, make_app
 app = make_app()
-store = QSettings({ini!r}, QSettings.Format.IniFormat)
-w = MainWindow(store, autoload=False, autosave_path={auto!r})
-w.show()
+w = isolated_window({folder!r})
 app.processEvents()
 shown = time.time()
 from engine.catalog import open_model
@@ -149,7 +120,7 @@ print(json.dumps({{"tokens": len(s.generated_ids), "peak_rss_mb": peak}}))
 
 def run_startup_bench(say: Callable[[str], None], rss_tokens: int = 2000) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp())
-    code = STARTUP_CHILD.format(root=str(ROOT), ini=str(tmp / "s.ini"), auto=str(tmp / "a.json"))
+    code = STARTUP_CHILD.format(root=str(ROOT), folder=str(tmp))
     start = time.time()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     data = json.loads(out.stdout.strip().splitlines()[-1])

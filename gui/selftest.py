@@ -10,7 +10,6 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 
 TOKENS = 16
@@ -30,29 +29,12 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
         log_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     try:
-        from PySide6.QtCore import QEventLoop, QSettings
-
         from engine.catalog import BUNDLED
-        from gui.app import make_app
-        from gui.window import MainWindow
+        from gui.app import isolated_window, make_app, pump_until
 
-        app = make_app()
-        window = MainWindow(
-            QSettings(str(out / "settings.ini"), QSettings.Format.IniFormat),
-            autoload=False,
-            autosave_path=out / "autosave.json",
-        )
-        window.resize(1600, 900)
-        window.show()
+        make_app()
+        window = isolated_window(out)
         log(f"window shown after {time.perf_counter() - started:.2f}s")
-
-        def wait(cond: Callable[[], bool], what: str) -> None:
-            end = time.perf_counter() + timeout
-            while not cond():
-                if time.perf_counter() > end:
-                    raise TimeoutError(f"timed out waiting for {what}")
-                app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-                time.sleep(0.002)
 
         summary = []
         for name, entry in BUNDLED.items():
@@ -64,7 +46,7 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
                 key = getattr(window.bundle, "source_key", None)
                 return (key == n and not window.runner.busy) or window.last_error is not None
 
-            wait(loaded, f"{name} to load")
+            pump_until(loaded, timeout, f"{name} to load")
             if window.last_error:
                 raise RuntimeError(f"loading {name}: {window.last_error}")
             load_s = time.perf_counter() - t0
@@ -79,18 +61,19 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
             t0 = time.perf_counter()
             if not window.runner.generate(entry.example_prompt, window._use_chat()):
                 raise RuntimeError(f"{name}: generation did not start: {window.last_error}")
-            first_token = float("nan")
-            end = time.perf_counter() + timeout
-            while not (
-                (window.last_summary is not None and not window.runner.busy) or window.last_error
-            ):
+            first: list[float] = []  # when the first record exists
+
+            def note_first(first: list[float] = first, t0: float = t0) -> None:
                 session = window.runner.session
-                if first_token != first_token and session is not None and session.history:
-                    first_token = time.perf_counter() - t0  # the first record exists
-                if time.perf_counter() > end:
-                    raise TimeoutError(f"timed out waiting for {name} to generate")
-                app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-                time.sleep(0.002)
+                if not first and session is not None and session.history:
+                    first.append(time.perf_counter() - t0)
+
+            def done() -> bool:
+                finished = window.last_summary is not None and not window.runner.busy
+                return finished or window.last_error is not None
+
+            pump_until(done, timeout, f"{name} to generate", on_tick=note_first)
+            first_token = first[0] if first else float("nan")
             window.drain()
             if window.last_error:
                 raise RuntimeError(f"generating with {name}: {window.last_error}")

@@ -77,11 +77,8 @@ class DistributionPlot(pg.PlotWidget):
             self.set_step(self.step)
 
     def set_font_size(self, points: int) -> None:
-        font = QFont()
-        font.setPointSize(points)
+        font = tick_font(self, points)
         plot = self.getPlotItem()
-        for name in ("left", "bottom"):
-            plot.getAxis(name).setStyle(tickFont=font)
         self._tick_font = font
         self.cut_label.setFont(font)
         plot.titleLabel.setAttr("size", f"{points + 1}pt")
@@ -161,6 +158,15 @@ class DistributionPlot(pg.PlotWidget):
             self.bar_clicked.emit(self.step.index, cands[index].token_id)
 
 
+def tick_font(widget: pg.PlotWidget, points: int) -> QFont:
+    """Set both axes' tick labels to ``points`` and return the font."""
+    font = QFont()
+    font.setPointSize(points)
+    for name in ("left", "bottom"):
+        widget.getPlotItem().getAxis(name).setStyle(tickFont=font)
+    return font
+
+
 def style_axes(widget: pg.PlotWidget, theme: Theme) -> None:
     """Background, axes and title in the theme's colours."""
     widget.setBackground(theme.plot_bg)
@@ -227,11 +233,9 @@ class SeriesPlot(pg.PlotWidget):
         plot.setTitle(plot.titleLabel.text)
 
     def set_font_size(self, points: int) -> None:
-        font = QFont()
-        font.setPointSize(points)
+        font = tick_font(self, points)
         plot = self.getPlotItem()
         for name in ("left", "bottom"):
-            plot.getAxis(name).setStyle(tickFont=font)
             plot.getAxis(name).label.setFont(font)
         plot.titleLabel.setAttr("size", f"{points}pt")
         plot.setTitle(plot.titleLabel.text)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import load, run
-from PySide6.QtCore import QTimer
 from transformers import BertConfig, BertForMaskedLM, ByT5Tokenizer, LlamaConfig, LlamaForCausalLM
 
+from gui.app import Heartbeat
 from gui.window import MainWindow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,19 +214,10 @@ def test_ten_thousand_tokens_memory_is_bounded_and_window_responsive(qtbot, wind
     window.bundle.eos_token_ids = ()  # a random model may say EOS early; run all 10,000 tokens
     set_settings(window, max_new_tokens=10000, temperature=1.0, top_k=0, top_p=1.0)
     window.prompt.setPlainText("long")
-    gaps, last = [], [time.perf_counter()]
-
-    def beat():
-        now = time.perf_counter()
-        gaps.append(now - last[0])
-        last[0] = now
-
-    heartbeat = QTimer()
-    heartbeat.setInterval(10)
-    heartbeat.timeout.connect(beat)
+    heartbeat = Heartbeat()
     heartbeat.start()
     run(qtbot, window, window.generate, timeout=600000)
-    heartbeat.stop()
+    gaps = heartbeat.stop()
     steps = window.steps
     assert len(steps) == 10000 == len(window.pane.steps)
     assert all(len(s.candidates) <= 5 for s in steps[: 10000 - KEEP_CANDIDATES])
