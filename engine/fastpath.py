@@ -7,13 +7,21 @@ tables, and calls scaled_dot_product_attention directly: ~15 ops per layer. RMSN
 RoPE follow transformers' Llama code (norm computed in float32), so the logits agree with
 ``model(...)`` to float rounding; tests compare both.
 
+On CPU the matrix products go through oneDNN (``torch.ops.mkldnn._linear_pointwise``), which
+reads a weight matrix at 30-35 GB/s on the development machine where ``x @ w.T`` (MKL gemv)
+reads 15 GB/s at these shapes. float32 weights are used in place; bfloat16 weights are
+reordered once into oneDNN's blocked layout (a second copy, cached per model), because the
+plain bfloat16 layout is no faster. If the oneDNN op is missing or disagrees with ``x @ w.T``
+on a probe, the path falls back to ``x @ w.T``.
+
 ``LlamaFastStepper`` has the interface of ``engine.generate.ModelStepper`` (``logits``,
 ``truncate``, ``cached``, ``forward_passes``), so sessions can use either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -70,6 +78,53 @@ def _fused(*linears: torch.nn.Linear) -> torch.Tensor:
     return fused
 
 
+Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def matmul_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w.T
+
+
+def onednn_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
+
+# bfloat16 weights reordered for oneDNN, per model: {model: (key, packed weights)}
+_PACKED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[int, ...], list[torch.Tensor]]]
+_PACKED = weakref.WeakKeyDictionary()
+
+
+def _cpu_kernel(
+    model: torch.nn.Module, weights: list[torch.Tensor]
+) -> tuple[Linear, list[torch.Tensor]]:
+    """The matrix product to use and the weights it takes, for these weights of ``model``."""
+    w0 = weights[0]
+    if w0.device.type != "cpu" or w0.dtype not in (torch.float32, torch.bfloat16):
+        return matmul_linear, weights
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return matmul_linear, weights
+        if w0.dtype == torch.float32:
+            ready = weights
+        else:
+            key = tuple(w.data_ptr() for w in weights) + (len(weights),)
+            cached = _PACKED.get(model)
+            if cached is not None and cached[0] == key:
+                ready = cached[1]
+            else:
+                _PACKED.pop(model, None)  # drop stale copies before making new ones
+                ready = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in weights]
+                _PACKED[model] = (key, ready)
+        probe = torch.randn(3, w0.shape[1], dtype=w0.dtype)
+        tol = 1e-3 if w0.dtype == torch.float32 else 2e-2
+        got, want = onednn_linear(probe, ready[0]), matmul_linear(probe, w0)
+        if not torch.allclose(got, want, atol=tol, rtol=tol):
+            return matmul_linear, weights
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return matmul_linear, weights
+    return onednn_linear, ready
+
+
 class LlamaFastStepper:
     def __init__(self, model: torch.nn.Module, max_len: int | None = None) -> None:
         reason = supports(model)
@@ -101,6 +156,15 @@ class LlamaFastStepper:
             ]
             self.final_norm = inner.norm.weight
             self.lm_head = model.get_output_embeddings().weight
+            # the matrix products: oneDNN on CPU where it is available, x @ w.T elsewhere
+            plain = [w for layer in self.layers for w in layer[1:3] + layer[4:]] + [self.lm_head]
+            self.linear, ready = _cpu_kernel(model, plain)
+            it = iter(ready)
+            self.layers = [
+                (w_in, next(it), next(it), w_post, next(it), next(it))
+                for (w_in, _, _, w_post, _, _) in self.layers
+            ]
+            self.lm_head = next(it)
             rotary = inner.rotary_emb
             self.inv_freq = rotary.inv_freq.float()
             self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
@@ -178,7 +242,7 @@ class LlamaFastStepper:
         kv_size = self.n_kv * self.head_dim
         for i, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
             h = self._norm(x, w_in)
-            qkv = h @ w_qkv.T  # [n, q + 2 kv]
+            qkv = self.linear(h, w_qkv)  # [n, q + 2 kv]
             # rotate q and k together: [heads + kv_heads, n, D]
             qk = qkv[:, : q_size + kv_size].view(n, self.n_heads + self.n_kv, self.head_dim)
             qk = self._rotate(qk.transpose(0, 1), cos, sin)
@@ -191,14 +255,14 @@ class LlamaFastStepper:
                 q[None], k_all[i, :, :end][None], v_all[i, :, :end][None],
                 attn_mask=mask, enable_gqa=self.n_heads != self.n_kv,
             )[0]  # fmt: skip
-            x = x + att.transpose(0, 1).reshape(n, q_size) @ w_o.T
+            x = x + self.linear(att.transpose(0, 1).reshape(n, q_size), w_o)
             h = self._norm(x, w_post)
-            gate, up = (h @ w_gu.T).chunk(2, dim=-1)
-            x = x + (F.silu(gate) * up) @ w_down.T
+            gate, up = self.linear(h, w_gu).chunk(2, dim=-1)
+            x = x + self.linear(F.silu(gate) * up, w_down)
         x = self._norm(x[-keep:], self.final_norm)
         self.forward_passes += 1
         self._cached_ids.extend(new)
-        return (x @ self.lm_head.T).float()  # [keep, vocab]
+        return self.linear(x, self.lm_head).float()  # [keep, vocab]
 
 
 def fast_stepper_or_none(model: torch.nn.Module, **kwargs: Any) -> LlamaFastStepper | None:
