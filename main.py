@@ -284,10 +284,11 @@ def main(argv: list[str] | None = None) -> int:
         return cli(argv)
     try:
         from gui.app import run_app
-    except ImportError:
-        # The window arrives with the GUI issue; until then show the default model in the terminal.
+    except ImportError as exc:
+        # Qt or one of the system libraries it loads is missing: say which, still be useful.
         print(
-            "The window is not built yet: streaming the default model in the terminal.",
+            f"The window cannot start ({exc}). The README's set-up installs what Qt needs; "
+            "streaming the default model in the terminal instead.",
             file=sys.stderr,
         )
         return cli(["generate", *argv])

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,56 +25,15 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 from engine.generate import EmptyPromptError, TokenTable, _as_id_list, context_length, model_device
 from engine.processors import NoRepeatNGram
-
-RUNNING, FINISHED, PRUNED = "running", "finished", "pruned"
-
-
-@dataclass(frozen=True)
-class BeamNode:
-    node_id: int
-    parent: int  # 0 is the root (the prompt)
-    token_id: int
-    text: str
-    logprob: float  # of this token given its parent
-    score: float  # cumulative log-probability of the path
-    depth: int  # 1 for the first generated token
-    status: str  # RUNNING, FINISHED or PRUNED
-    final_score: float | None = None  # length-penalised score of a finished hypothesis
-
-
-@dataclass(frozen=True)
-class BeamEvent:
-    step: int
-    nodes: tuple[BeamNode, ...]  # this step's candidates, best first
-    running: tuple[int, ...]  # node ids that carry on
-    finished: tuple[int, ...]  # node ids of the best finished hypotheses so far, best first
-
-
-@dataclass(frozen=True)
-class BeamHypothesis:
-    token_ids: tuple[int, ...]  # generated ids (without the prompt / decoder start)
-    score: float
-    node_id: int
-
-
-@dataclass(frozen=True)
-class BeamResult:
-    hypotheses: tuple[BeamHypothesis, ...]  # best first
-    steps: int
-    forward_passes: int
-    seconds: float
-
-    @property
-    def best(self) -> BeamHypothesis:
-        return self.hypotheses[0]
-
-    @property
-    def token_ids(self) -> list[int]:
-        return list(self.best.token_ids)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.best.token_ids) / self.seconds if self.seconds > 0 else 0.0
+from engine.records import (
+    FINISHED,
+    PRUNED,
+    RUNNING,
+    BeamEvent,
+    BeamHypothesis,
+    BeamNode,
+    BeamResult,
+)
 
 
 class BeamSearch:

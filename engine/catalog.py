@@ -8,10 +8,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from engine.models import DECODER_ONLY, ENCODER_DECODER, ModelBundle, ModelLoadError, load_model
+
+if TYPE_CHECKING:  # torch loads with the first model
+    import torch
 
 # In a PyInstaller build the data files live under sys._MEIPASS.
 _BASE = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))

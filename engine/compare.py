@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
@@ -13,38 +12,18 @@ import torch
 from engine.beam import BeamSearch
 from engine.generate import GenerationSession, synchronize
 from engine.models import ModelBundle
+from engine.records import (
+    BEAM,
+    METHODS,
+    PLAIN,
+    PLAIN_FAST,
+    PLAIN_NO_CACHE,
+    SPEC_DRAFT,
+    SPEC_NGRAM,
+    MethodResult,
+)
 from engine.settings import SamplerSettings
 from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession, check_same_tokenizer
-
-PLAIN_NO_CACHE = "plain, no cache"
-PLAIN = "plain, KV cache"
-PLAIN_FAST = "plain, fast path"
-BEAM = "beam search"
-SPEC_DRAFT = "speculative, draft model"
-SPEC_NGRAM = "speculative, n-gram"
-METHODS = (PLAIN_NO_CACHE, PLAIN, PLAIN_FAST, BEAM, SPEC_DRAFT, SPEC_NGRAM)
-
-
-@dataclass(frozen=True)
-class MethodResult:
-    method: str
-    token_ids: tuple[int, ...]
-    text: str
-    seconds: float
-    forward_passes: int
-    acceptance: float | None = None  # speculative only
-    mean_accepted: float | None = None
-    identical_to_greedy: bool | None = None
-    note: str = ""
-
-    @property
-    def tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
 
 T = TypeVar("T")
 

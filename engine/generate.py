@@ -23,27 +23,12 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, EncoderDecoderCache
 
+from engine.errors import EmptyPromptError, NonFiniteLogitsError
 from engine.processors import GreedyProcessor, SeedLogitsProcessor, apply_chain
 from engine.records import Candidate, RunSummary, Step
 from engine.settings import DEFAULT_SETTINGS, SamplerSettings
 
 LN2 = math.log(2.0)
-
-
-class EmptyPromptError(ValueError):
-    """The prompt has no tokens to condition on."""
-
-
-class NonFiniteLogitsError(RuntimeError):
-    """The model produced NaN or infinite scores (broken weights, or a dtype overflow)."""
-
-    def __init__(self, step_index: int) -> None:
-        super().__init__(
-            f"The model produced NaN or infinite scores at step {step_index + 1}, so generation "
-            "stopped there. Its weights may be damaged, or the number format overflowed: try "
-            "float32 or another model."
-        )
-        self.step_index = step_index
 
 
 def _as_id_list(ids: int | Iterable[int] | None) -> list[int]:

@@ -14,9 +14,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from engine.errors import EmptyPromptError, ModelLoadError
+
+if TYPE_CHECKING:  # torch loads with the first model, not with the window
+    import torch
 
 ENCODER_DECODER = "encoder-decoder"
 DECODER_ONLY = "decoder-only"
@@ -25,11 +28,7 @@ DECODER_ONLY = "decoder-only"
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 _GENERATIVE_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "Seq2SeqLM")
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ModelLoadError(Exception):
-    """A model could not be loaded; the message says why in words a user can act on."""
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -62,8 +61,6 @@ class ModelBundle:
 
     def encode_prompt(self, text: str, use_chat_template: bool | None = None) -> list[int]:
         """Tokenise a prompt. Instruct models wrap it in their chat template by default."""
-        from engine.generate import EmptyPromptError
-
         if not text or not text.strip():
             raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
         if use_chat_template is None:
@@ -84,6 +81,8 @@ class ModelBundle:
 
 
 def pick_device(device: str | torch.device = "auto") -> torch.device:
+    import torch
+
     if str(device) != "auto":
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
@@ -97,12 +96,14 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
 
 
 def pick_dtype(device: torch.device, dtype: str | torch.dtype = "auto") -> torch.dtype:
+    import torch
+
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype != "auto":
         if dtype not in DTYPES:
             raise ModelLoadError(f"Unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}.")
-        return DTYPES[dtype]
+        return getattr(torch, dtype)
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if device.type == "mps":
@@ -172,6 +173,7 @@ def load_model(
     name: str | None = None,
 ) -> ModelBundle:
     """Load a Hugging Face id, a local folder or a ``.gguf`` file."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     say = progress or (lambda _msg: None)
@@ -304,6 +306,7 @@ def converted_gguf(path: Path, dtype: torch.dtype, say: Callable[[str], None] = 
     if final.exists():
         say("The cached conversion is incomplete: rebuilding it")
         shutil.rmtree(final, ignore_errors=True)
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -35,16 +35,14 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from engine.checks import check_setting, is_number
+
 NEG_INF = float("-inf")
 
 
 def _check(cond: bool, message: str) -> None:
     if not cond:
         raise ValueError(message)
-
-
-def _is_number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 class LogitsProcessor:
@@ -62,10 +60,7 @@ class Temperature(LogitsProcessor):
     """Divide the scores by the temperature; 0 keeps only the argmax (greedy)."""
 
     def __init__(self, temperature: float) -> None:
-        _check(
-            _is_number(temperature) and temperature >= 0,
-            f"temperature must be >= 0, got {temperature!r}",
-        )
+        check_setting("temperature", temperature)
         self.temperature = float(temperature)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -84,10 +79,7 @@ class TopK(LogitsProcessor):
     """Keep the k highest scores (ties with the k-th kept); 0 is off."""
 
     def __init__(self, top_k: int) -> None:
-        _check(
-            isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 0,
-            f"top_k must be an integer >= 0, got {top_k!r}",
-        )
+        check_setting("top_k", top_k)
         self.top_k = top_k
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -102,7 +94,7 @@ class TopP(LogitsProcessor):
     """Nucleus filter: keep the smallest set of top tokens whose probability mass reaches p."""
 
     def __init__(self, top_p: float, min_tokens_to_keep: int = 1) -> None:
-        _check(_is_number(top_p) and 0 <= top_p <= 1, f"top_p must be in [0, 1], got {top_p!r}")
+        check_setting("top_p", top_p)
         _check(
             isinstance(min_tokens_to_keep, int) and min_tokens_to_keep >= 1,
             "min_tokens_to_keep must be >= 1",
@@ -127,7 +119,7 @@ class MinP(LogitsProcessor):
     """Keep tokens whose probability is at least min_p times the top probability; 0 is off."""
 
     def __init__(self, min_p: float) -> None:
-        _check(_is_number(min_p) and 0 <= min_p <= 1, f"min_p must be in [0, 1], got {min_p!r}")
+        check_setting("min_p", min_p)
         self.min_p = float(min_p)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -143,7 +135,7 @@ class TypicalP(LogitsProcessor):
     the entropy until their mass reaches ``mass``; 1 is off."""
 
     def __init__(self, mass: float, min_tokens_to_keep: int = 1) -> None:
-        _check(_is_number(mass) and 0 < mass <= 1, f"typical_p must be in (0, 1], got {mass!r}")
+        check_setting("typical_p", mass)
         self.mass = float(mass)
         self.min_tokens_to_keep = min_tokens_to_keep
 
@@ -169,9 +161,7 @@ class RepetitionPenalty(LogitsProcessor):
     by the penalty, negative ones multiplied. 1 is off; > 1 discourages repeats."""
 
     def __init__(self, penalty: float) -> None:
-        _check(
-            _is_number(penalty) and penalty > 0, f"repetition_penalty must be > 0, got {penalty!r}"
-        )
+        check_setting("repetition_penalty", penalty)
         self.penalty = float(penalty)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -186,10 +176,7 @@ class NoRepeatNGram(LogitsProcessor):
     """Forbid any token that would repeat an n-gram already present in the sequence; 0 is off."""
 
     def __init__(self, n: int) -> None:
-        _check(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 0,
-            f"no_repeat_ngram_size must be an integer >= 0, got {n!r}",
-        )
+        check_setting("no_repeat_ngram_size", n)
         self.n = n
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -211,10 +198,7 @@ class MinNewTokens(LogitsProcessor):
     def __init__(
         self, min_new_tokens: int, prompt_length: int, eos_token_ids: Sequence[int]
     ) -> None:
-        _check(
-            isinstance(min_new_tokens, int) and min_new_tokens >= 0,
-            f"min_new_tokens must be an integer >= 0, got {min_new_tokens!r}",
-        )
+        check_setting("min_new_tokens", min_new_tokens)
         _check(prompt_length >= 0, "prompt_length must be >= 0")
         self.min_new_tokens = min_new_tokens
         self.prompt_length = prompt_length
@@ -263,7 +247,7 @@ class SeedLogitsProcessor:
 
     def __init__(self, temperature: float = 1.0, *, seed: int | None = None) -> None:
         _check(
-            _is_number(temperature) and temperature > 0,
+            is_number(temperature) and temperature > 0,
             f"temperature must be > 0, got {temperature!r}",
         )
         self.temperature = float(temperature)

@@ -4,19 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.processors import (
-    LogitsProcessor,
-    MinNewTokens,
-    MinP,
-    NoRepeatNGram,
-    RepetitionPenalty,
-    Temperature,
-    TopK,
-    TopP,
-    TypicalP,
-)
+from engine.checks import RULES, check_setting
+
+if TYPE_CHECKING:  # the processors need torch; the window reads settings before it loads
+    from engine.processors import LogitsProcessor
 
 ORDER_TEMPERATURE_FIRST = "temperature_first"  # transformers
 ORDER_TEMPERATURE_LAST = "temperature_last"  # the seed, llama.cpp
@@ -46,8 +39,8 @@ class SamplerSettings:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        # Building the chain validates every value with the processors' own messages.
-        self.build_chain(prompt_length=0, eos_token_ids=())
+        for name in RULES:  # the limits the processors check, without loading torch
+            check_setting(name, getattr(self, name))
 
     @property
     def greedy(self) -> bool:
@@ -58,6 +51,8 @@ class SamplerSettings:
     ) -> list[LogitsProcessor]:
         """Penalties always come first; then temperature before the filters (transformers) or
         after them (the seed, llama.cpp). Stages that are off are left out."""
+        from engine.processors import MinNewTokens, NoRepeatNGram, RepetitionPenalty, Temperature
+
         chain: list[LogitsProcessor] = []
         if self.repetition_penalty != 1.0:
             chain.append(RepetitionPenalty(self.repetition_penalty))
@@ -74,6 +69,8 @@ class SamplerSettings:
         return chain + [f for f in filters if not _is_noop(f)]
 
     def _filters(self, names: Sequence[str]) -> list[LogitsProcessor]:
+        from engine.processors import MinP, TopK, TopP, TypicalP
+
         make = {
             "top_k": lambda: TopK(self.top_k),
             "top_p": lambda: TopP(self.top_p),
@@ -95,6 +92,8 @@ class SamplerSettings:
 
 
 def _is_noop(p: LogitsProcessor) -> bool:
+    from engine.processors import MinP, Temperature, TopK, TopP, TypicalP
+
     return (
         (isinstance(p, Temperature) and p.temperature == 1.0)
         or (isinstance(p, TopK) and p.top_k == 0)

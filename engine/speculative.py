@@ -28,9 +28,9 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from engine.errors import DrafterMismatchError, NonFiniteLogitsError
 from engine.generate import (
     ModelStepper,
-    NonFiniteLogitsError,
     StepRecorder,
     context_length,
     decode_start,
@@ -40,11 +40,6 @@ from engine.generate import (
 from engine.processors import GreedyProcessor, SeedLogitsProcessor, apply_chain
 from engine.records import Step
 from engine.settings import SamplerSettings
-
-
-class DrafterMismatchError(ValueError):
-    """The draft model does not share the target's tokenizer."""
-
 
 # --------------------------------------------------------------------------------------------
 # Samplers: one interface over SamplerSettings chains and the seed's processors

@@ -34,9 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.beam import BeamEvent, BeamResult
 from engine.catalog import BUNDLED, DEFAULT_MODEL
-from engine.compare import MethodResult
 from engine.export import (
     run_to_csv,
     run_to_json,
@@ -45,9 +43,8 @@ from engine.export import (
     steps_from_dict,
     write_atomic,
 )
-from engine.generate import StepRecorder
 from engine.models import ModelBundle
-from engine.records import RunSummary, Step
+from engine.records import BeamEvent, BeamResult, MethodResult, RunSummary, Step
 from engine.settings import SamplerSettings
 from gui.theme import BUCKET_LABELS, THEMES, apply_palette
 from gui.widgets.beam_tree import BeamTreeView
@@ -581,6 +578,8 @@ class MainWindow(QMainWindow):
         self.drain()
         self.beam_tree.finish(result)
         # Show the best hypothesis in the output pane (probabilities from the beam's log-probs).
+        from engine.generate import StepRecorder  # loaded with the model by now
+
         recorder = StepRecorder(self.bundle.tokenizer if self.bundle else None, 1)
         steps = []
         nodes = self.beam_tree.nodes

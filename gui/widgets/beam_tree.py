@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.beam import FINISHED, PRUNED, BeamEvent, BeamNode, BeamResult
+from engine.records import FINISHED, PRUNED, BeamEvent, BeamNode, BeamResult
 from gui.theme import LIGHT, Theme
 
 COL_W, ROW_H, BOX_W, BOX_H = 150, 46, 132, 38

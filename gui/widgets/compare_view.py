@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.compare import PLAIN, MethodResult
+from engine.records import PLAIN, MethodResult
 
 COLUMNS = ("Method", "Tokens/s", "Speed-up", "Target passes", "Accepted", "= greedy", "Output")
 

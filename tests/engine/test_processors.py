@@ -240,3 +240,26 @@ def test_a_stage_that_would_remove_every_token_is_skipped():
     # with one unused token left, the ban applies and that token is the only choice
     out = apply_chain(chain, torch.tensor([[0, 1]]), scores)
     assert kept(out) == [2]
+
+
+@pytest.mark.parametrize(
+    "field, make, bad",
+    [
+        ("temperature", Temperature, -0.5),
+        ("top_k", TopK, 2.5),
+        ("top_p", TopP, 1.01),
+        ("min_p", MinP, -1),
+        ("typical_p", TypicalP, 0.0),
+        ("repetition_penalty", RepetitionPenalty, 0),
+        ("no_repeat_ngram_size", NoRepeatNGram, True),
+    ],
+)
+def test_settings_and_processors_refuse_the_same_values_alike(field, make, bad):
+    # SamplerSettings checks without building processors (no torch before the window shows);
+    # both must refuse the same values with the same message.
+    with pytest.raises(ValueError) as from_processor:
+        make(bad)
+    with pytest.raises(ValueError) as from_settings:
+        SamplerSettings(**{field: bad})
+    assert str(from_settings.value) == str(from_processor.value)
+    assert field in str(from_settings.value)

@@ -1,0 +1,43 @@
+"""The window opens before the engine's heavy imports: torch and transformers load with the
+first model, in the worker, so a user sees the window in well under a second."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = """
+import sys, tempfile, pathlib
+from gui.app import isolated_window, make_app
+app = make_app()
+window = isolated_window(pathlib.Path(tempfile.mkdtemp()))
+app.processEvents()
+assert window.isVisible()
+heavy = sorted(m for m in ("torch", "transformers") if m in sys.modules)
+print("HEAVY", heavy)
+window.close()
+"""
+
+
+def test_window_shows_without_importing_torch_or_transformers():
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "HEAVY []" in out.stdout, out.stdout
+
+
+def test_engine_records_and_settings_import_without_torch():
+    code = (
+        "import sys\n"
+        "import engine, engine.records, engine.settings, engine.errors, engine.export, "
+        "engine.catalog, engine.models, engine.checks\n"
+        "from engine import SamplerSettings, PRESETS\n"
+        "SamplerSettings(temperature=0.5, top_k=3)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "from engine import GenerationSession\n"
+        "assert 'torch' in sys.modules\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
