@@ -2,10 +2,14 @@
 
 At batch 1 a small model spends much of each token on launching ~40 small ops per layer, not
 on arithmetic. This path reuses the model's own weights, but fuses q/k/v and gate/up into one
-matrix product each, keeps a preallocated KV cache written in place, precomputes the rotary
-tables, and calls scaled_dot_product_attention directly: ~15 ops per layer. RMSNorm and
-RoPE follow transformers' Llama code (norm computed in float32), so the logits agree with
-``model(...)`` to float rounding; tests compare both.
+matrix product each, keeps a preallocated KV cache written in place, computes the rotary
+tables once per call, and calls scaled_dot_product_attention directly: ~15 ops per layer.
+RMSNorm and RoPE follow transformers' Llama code (norm computed in float32), so the logits
+agree with ``model(...)`` to float rounding; tests compare both.
+
+The whole forward pass is one TorchScript function (compiled once from the source below). Its
+interpreter runs without Python's GIL, so a busy GUI thread cannot stall the ~450 op launches
+of a token: the GIL was the largest loss of the window against the headless engine.
 
 On CPU the matrix products go through oneDNN (``torch.ops.mkldnn._linear_pointwise``), which
 reads a weight matrix at 30-35 GB/s on the development machine where ``x @ w.T`` (MKL gemv)
@@ -20,12 +24,12 @@ on a probe, the path falls back to ``x @ w.T``.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from engine.generate import common_prefix
 
@@ -87,6 +91,79 @@ def matmul_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def onednn_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
+
+# One forward pass over ``ids`` (TorchScript). ``number`` is TorchScript's Scalar type, which
+# the oneDNN op's argument list needs and which Python annotations cannot spell.
+_FORWARD_SOURCE = """
+def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
+    if onednn:
+        no_scalars: List[Optional[number]] = []
+        return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", no_scalars, "")
+    return torch.matmul(x, w.t())
+
+
+def norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    # as transformers' LlamaRMSNorm: normalise in float32, scale in the model dtype
+    return w * torch.rms_norm(x.float(), [x.shape[-1]], None, eps).to(x.dtype)
+
+
+def forward(
+    ids: Tensor, embed: Tensor, layers: List[List[Tensor]], final_norm: Tensor,
+    lm_head: Tensor, k_all: Tensor, v_all: Tensor, start: int, inv_freq: Tensor,
+    rope_scale: float, n_heads: int, n_kv: int, head_dim: int, eps: float, keep: int,
+    onednn: bool,
+) -> Tensor:
+    n = ids.shape[0]
+    end = start + n
+    q_size = n_heads * head_dim
+    kv_size = n_kv * head_dim
+    half = head_dim // 2
+    x = embed.index_select(0, ids)  # [n, hidden]
+    pos = torch.arange(start, end, dtype=torch.float32, device=x.device)
+    freqs = torch.outer(pos, inv_freq)  # [n, D/2]
+    emb = torch.cat((freqs, freqs), -1)
+    cos = (emb.cos() * rope_scale).to(x.dtype)
+    sin = (emb.sin() * rope_scale).to(x.dtype)
+    # causal mask for the new rows over all cached + new positions (none for one row)
+    mask: Optional[Tensor] = None
+    if n > 1:
+        mask = torch.ones([n, end], dtype=torch.bool, device=x.device).tril(start)
+    i = 0
+    for w in layers:  # w: input norm, qkv, o, post-attention norm, gate+up, down
+        h = norm(x, w[0], eps)
+        qkv = linear(h, w[1], onednn)  # [n, q + 2 kv]
+        # rotate q and k together: [heads + kv_heads, n, D]
+        qk = qkv[:, : q_size + kv_size].view(n, n_heads + n_kv, head_dim).transpose(0, 1)
+        qk = qk * cos + torch.cat((-qk[:, :, half:], qk[:, :, :half]), -1) * sin
+        k_all[i, :, start:end] = qk[n_heads:]
+        v_all[i, :, start:end] = qkv[:, q_size + kv_size :].view(n, n_kv, head_dim).transpose(0, 1)
+        att = torch.ops.aten.scaled_dot_product_attention(
+            qk[:n_heads].unsqueeze(0), k_all[i, :, :end].unsqueeze(0),
+            v_all[i, :, :end].unsqueeze(0), attn_mask=mask, enable_gqa=n_heads != n_kv,
+        )[0]
+        x = x + linear(att.transpose(0, 1).reshape(n, q_size), w[2], onednn)
+        h = norm(x, w[3], eps)
+        gate, up = linear(h, w[4], onednn).chunk(2, -1)
+        x = x + linear(torch.ops.aten.silu(gate) * up, w[5], onednn)
+        i += 1
+    x = norm(x[n - keep :], final_norm, eps)
+    return linear(x, lm_head, onednn).float()  # [keep, vocab]
+"""
+_compiled: Any = None
+_compile_lock = threading.Lock()
+
+
+def _script_forward() -> Callable[..., torch.Tensor]:
+    """The compiled forward, built on first use (about 0.1 s)."""
+    global _compiled
+    with _compile_lock:
+        if _compiled is None:
+            try:
+                _compiled = torch.jit.CompilationUnit(_FORWARD_SOURCE)
+            except Exception as exc:  # noqa: BLE001 - no TorchScript: use model.forward
+                raise FastPathUnsupported(f"TorchScript is not available: {exc}") from exc
+    return _compiled.forward
 
 
 # bfloat16 weights reordered for oneDNN, per model: {model: (key, packed weights)}
@@ -160,14 +237,15 @@ class LlamaFastStepper:
             plain = [w for layer in self.layers for w in layer[1:3] + layer[4:]] + [self.lm_head]
             self.linear, ready = _cpu_kernel(model, plain)
             it = iter(ready)
-            self.layers = [
-                (w_in, next(it), next(it), w_post, next(it), next(it))
+            self.layers = [  # lists, as the TorchScript forward takes them
+                [w_in, next(it), next(it), w_post, next(it), next(it)]
                 for (w_in, _, _, w_post, _, _) in self.layers
             ]
             self.lm_head = next(it)
             rotary = inner.rotary_emb
-            self.inv_freq = rotary.inv_freq.float()
+            self.inv_freq = rotary.inv_freq.float().to(self.device)
             self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        self._forward = _script_forward()
         self.forward_passes = 0
         self._cached_ids: list[int] = []
         self._k: torch.Tensor | None = None  # [layers, kv_heads, capacity, head_dim]
@@ -197,26 +275,6 @@ class LlamaFastStepper:
             v[:, :, :have] = self._v
         self._k, self._v = k, v
 
-    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # As transformers' LlamaRMSNorm: normalise in float32, then scale in the model dtype
-        # (one fused kernel instead of five small ops).
-        return weight * F.rms_norm(x.float(), (self.hidden,), eps=self.eps).to(x.dtype)
-
-    def _rope(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        pos = torch.arange(start, start + n, device=self.device, dtype=torch.float32)
-        freqs = torch.outer(pos, self.inv_freq.to(self.device))  # [n, D/2]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.rope_scale).to(self.dtype), (emb.sin() * self.rope_scale).to(
-            self.dtype
-        )
-
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        # x: [heads, n, D]; cos, sin: [n, D]
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
-
     @torch.inference_mode()
     def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
         """Same contract as ModelStepper.logits: [keep, vocab] float32."""
@@ -231,42 +289,34 @@ class LlamaFastStepper:
         self._ensure_capacity(start + n)
         k_all, v_all = self._k, self._v
         assert k_all is not None and v_all is not None
-        cos, sin = self._rope(start, n)
-        x = self.embed[torch.tensor(new, device=self.device)]  # [n, hidden]
-        end = start + n
-        # causal mask for the new rows over all cached + new positions (None for one row)
-        mask = None
-        if n > 1:
-            mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
-        q_size = self.n_heads * self.head_dim
-        kv_size = self.n_kv * self.head_dim
-        for i, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
-            h = self._norm(x, w_in)
-            qkv = self.linear(h, w_qkv)  # [n, q + 2 kv]
-            # rotate q and k together: [heads + kv_heads, n, D]
-            qk = qkv[:, : q_size + kv_size].view(n, self.n_heads + self.n_kv, self.head_dim)
-            qk = self._rotate(qk.transpose(0, 1), cos, sin)
-            q = qk[: self.n_heads]
-            k_all[i, :, start:end] = qk[self.n_heads :]
-            v_all[i, :, start:end] = (
-                qkv[:, q_size + kv_size :].view(n, self.n_kv, self.head_dim).transpose(0, 1)
-            )
-            att = F.scaled_dot_product_attention(
-                q[None], k_all[i, :, :end][None], v_all[i, :, :end][None],
-                attn_mask=mask, enable_gqa=self.n_heads != self.n_kv,
-            )[0]  # fmt: skip
-            x = x + self.linear(att.transpose(0, 1).reshape(n, q_size), w_o)
-            h = self._norm(x, w_post)
-            gate, up = self.linear(h, w_gu).chunk(2, dim=-1)
-            x = x + self.linear(F.silu(gate) * up, w_down)
-        x = self._norm(x[-keep:], self.final_norm)
+        logits = self._forward(
+            torch.tensor(new, device=self.device),
+            self.embed,
+            self.layers,
+            self.final_norm,
+            self.lm_head,
+            k_all,
+            v_all,
+            start,
+            self.inv_freq,
+            self.rope_scale,
+            self.n_heads,
+            self.n_kv,
+            self.head_dim,
+            self.eps,
+            keep,
+            self.linear is onednn_linear,
+        )
         self.forward_passes += 1
         self._cached_ids.extend(new)
-        return self.linear(x, self.lm_head).float()  # [keep, vocab]
+        return logits
 
 
 def fast_stepper_or_none(model: torch.nn.Module, **kwargs: Any) -> LlamaFastStepper | None:
     """The fast path when the model supports it, else None (use ModelStepper)."""
     if getattr(model.config, "is_encoder_decoder", False) or supports(model) is not None:
         return None
-    return LlamaFastStepper(model, **kwargs)
+    try:
+        return LlamaFastStepper(model, **kwargs)
+    except FastPathUnsupported:
+        return None

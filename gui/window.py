@@ -61,7 +61,7 @@ MAX_RECENTS = 8
 BASE_FONT_PT = 12
 OPEN_FOLDER, OPEN_GGUF, OPEN_HUB = "action:folder", "action:gguf", "action:hub"
 DIST_EVERY = 3  # while generating: the distribution plot at 10 Hz (text stays at 30 Hz)
-SERIES_EVERY = 12  # and the speed/entropy curves at 2.5 Hz; every redraw once idle
+SERIES_EVERY = 12  # and the speed/entropy curves at 2.5 Hz (offset by one frame); all when idle
 AUTOSAVE_MS = 2000  # while something changed, write the autosave at most this often
 
 
@@ -802,13 +802,13 @@ class MainWindow(QMainWindow):
         )
         self._frame += 1
         busy = self.runner.busy
-        # While generating, plots redraw less often than the text: painting holds the GIL the
-        # worker needs between its tensor ops (see the benchmark in the README).
-        if busy and self._frame % DIST_EVERY:
-            return
-        self.dist.set_step(shown)
-        self.dist_info.setText(step_summary(shown))
-        if busy and self._frame % SERIES_EVERY:
+        # While generating, plots redraw less often than the text (painting holds the GIL the
+        # worker needs), and never both in one frame: the curves come on a frame without the
+        # distribution, so no frame keeps the event loop busy for both paints.
+        if not busy or self._frame % DIST_EVERY == 0:
+            self.dist.set_step(shown)
+            self.dist_info.setText(step_summary(shown))
+        if busy and self._frame % SERIES_EVERY != 1:
             return
         x = np.arange(1, len(steps) + 1)
         series = {k: np.asarray(v) for k, v in self._series.items()}

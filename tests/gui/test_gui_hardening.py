@@ -102,17 +102,23 @@ def test_out_of_memory_while_generating_keeps_the_model_usable(
     qtbot, window, tiny_dir, monkeypatch
 ):
     load(qtbot, window, tiny_dir)
-    original = torch.nn.functional.scaled_dot_product_attention
+    from engine.fastpath import LlamaFastStepper
+    from engine.generate import ModelStepper
+
     calls = {"n": 0}
-    layers = window.bundle.model.config.num_hidden_layers
 
-    def failing(*args, **kwargs):  # attention is called by both decode paths
-        calls["n"] += 1
-        if calls["n"] == 3 * layers + 1:  # during the 4th forward pass
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return original(*args, **kwargs)
+    def failing(original):
+        def logits(self, *args, **kwargs):  # a forward pass of either decode path
+            calls["n"] += 1
+            if calls["n"] == 4:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", failing)
+        return logits
+
+    originals = {cls: cls.logits for cls in (LlamaFastStepper, ModelStepper)}
+    for cls, original in originals.items():
+        monkeypatch.setattr(cls, "logits", failing(original))
     set_settings(window, max_new_tokens=10)
     window.prompt.setPlainText("memory")
     with qtbot.waitSignal(window.runner.failed, timeout=30000):
@@ -121,7 +127,8 @@ def test_out_of_memory_while_generating_keeps_the_model_usable(
     window.drain()
     assert "ran out of memory" in window.last_error
     assert len(window.steps) == 3  # the tokens before the failure are kept
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", original)
+    for cls, original in originals.items():
+        monkeypatch.setattr(cls, "logits", original)
     window._error_box.close()
     run(qtbot, window, window.generate)
     assert len(window.steps) == 10
