@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from engine.fastpath import onednn_linear
+from engine.fastpath import linear
 from engine.generate import GenerationSession, synchronize
 from engine.models import ModelBundle
 from engine.settings import SamplerSettings
@@ -110,7 +110,7 @@ def matvec_bandwidth(device: torch.device, dtype: torch.dtype, mbytes: int = 512
     if device.type == "cpu" and torch.backends.mkldnn.is_available():
         try:
             packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
-            kernels.append(lambda: onednn_linear(x, packed))
+            kernels.append(lambda: linear(x, packed, True))
         except (RuntimeError, AttributeError, NotImplementedError):
             pass
     best, reps = 0.0, 8

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -80,17 +80,6 @@ def _fused(*linears: torch.nn.Linear) -> torch.Tensor:
         m.weight.data = fused[row : row + rows]
         row += rows
     return fused
-
-
-Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def matmul_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return x @ w.T
-
-
-def onednn_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
 
 
 # One forward pass over ``ids`` (TorchScript). ``number`` is TorchScript's Scalar type, which
@@ -154,8 +143,8 @@ _compiled: Any = None
 _compile_lock = threading.Lock()
 
 
-def _script_forward() -> Callable[..., torch.Tensor]:
-    """The compiled forward, built on first use (about 0.1 s)."""
+def _script() -> Any:
+    """The compiled functions (``forward``, ``linear``, ``norm``), built on first use."""
     global _compiled
     with _compile_lock:
         if _compiled is None:
@@ -163,7 +152,13 @@ def _script_forward() -> Callable[..., torch.Tensor]:
                 _compiled = torch.jit.CompilationUnit(_FORWARD_SOURCE)
             except Exception as exc:  # noqa: BLE001 - no TorchScript: use model.forward
                 raise FastPathUnsupported(f"TorchScript is not available: {exc}") from exc
-    return _compiled.forward
+    return _compiled
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, onednn: bool) -> torch.Tensor:
+    """``x @ w.T`` as the fast path computes it: with oneDNN (``w`` as ``_cpu_kernel`` prepared
+    it) or with ``torch.matmul``."""
+    return _script().linear(x, w, onednn)
 
 
 # bfloat16 weights reordered for oneDNN, per model: {model: (key, packed weights)}
@@ -173,14 +168,15 @@ _PACKED = weakref.WeakKeyDictionary()
 
 def _cpu_kernel(
     model: torch.nn.Module, weights: list[torch.Tensor]
-) -> tuple[Linear, list[torch.Tensor]]:
-    """The matrix product to use and the weights it takes, for these weights of ``model``."""
+) -> tuple[bool, list[torch.Tensor]]:
+    """Whether to use oneDNN, and the weights the matrix products take, for these weights of
+    ``model``."""
     w0 = weights[0]
     if w0.device.type != "cpu" or w0.dtype not in (torch.float32, torch.bfloat16):
-        return matmul_linear, weights
+        return False, weights
     try:
         if not torch.backends.mkldnn.is_available():
-            return matmul_linear, weights
+            return False, weights
         if w0.dtype == torch.float32:
             ready = weights
         else:
@@ -194,12 +190,12 @@ def _cpu_kernel(
                 _PACKED[model] = (key, ready)
         probe = torch.randn(3, w0.shape[1], dtype=w0.dtype)
         tol = 1e-3 if w0.dtype == torch.float32 else 2e-2
-        got, want = onednn_linear(probe, ready[0]), matmul_linear(probe, w0)
+        got, want = linear(probe, ready[0], True), linear(probe, w0, False)
         if not torch.allclose(got, want, atol=tol, rtol=tol):
-            return matmul_linear, weights
+            return False, weights
     except (RuntimeError, AttributeError, NotImplementedError):
-        return matmul_linear, weights
-    return onednn_linear, ready
+        return False, weights
+    return True, ready
 
 
 class LlamaFastStepper:
@@ -235,7 +231,7 @@ class LlamaFastStepper:
             self.lm_head = model.get_output_embeddings().weight
             # the matrix products: oneDNN on CPU where it is available, x @ w.T elsewhere
             plain = [w for layer in self.layers for w in layer[1:3] + layer[4:]] + [self.lm_head]
-            self.linear, ready = _cpu_kernel(model, plain)
+            self.onednn, ready = _cpu_kernel(model, plain)
             it = iter(ready)
             self.layers = [  # lists, as the TorchScript forward takes them
                 [w_in, next(it), next(it), w_post, next(it), next(it)]
@@ -245,7 +241,7 @@ class LlamaFastStepper:
             rotary = inner.rotary_emb
             self.inv_freq = rotary.inv_freq.float().to(self.device)
             self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
-        self._forward = _script_forward()
+        self._forward = _script().forward
         self.forward_passes = 0
         self._cached_ids: list[int] = []
         self._k: torch.Tensor | None = None  # [layers, kv_heads, capacity, head_dim]
@@ -305,7 +301,7 @@ class LlamaFastStepper:
             self.head_dim,
             self.eps,
             keep,
-            self.linear is onednn_linear,
+            self.onednn,
         )
         self.forward_passes += 1
         self._cached_ids.extend(new)

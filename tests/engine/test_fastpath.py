@@ -79,12 +79,10 @@ def test_other_architectures_fall_back(factory):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cpu_kernel_agrees_with_the_model_forward_in_each_dtype(dtype):
-    from engine import fastpath
-
     model = tiny_llama().to(dtype)
     fast, ref = LlamaFastStepper(model), ModelStepper(model, use_cache=False)
     if torch.backends.mkldnn.is_available():
-        assert fast.linear is fastpath.onednn_linear  # the oneDNN kernel, not the fallback
+        assert fast.onednn  # the oneDNN kernel, not the fallback
     tol = 1e-4 if dtype == torch.float32 else 0.1
     for seq in (PROMPT, PROMPT + [3], PROMPT + [3, 9]):
         torch.testing.assert_close(fast.logits(seq), ref.logits(seq), atol=tol, rtol=tol)
@@ -94,10 +92,8 @@ def test_cpu_kernel_agrees_with_the_model_forward_in_each_dtype(dtype):
 
 
 def test_cpu_kernel_falls_back_to_matmul_when_onednn_is_missing(monkeypatch):
-    from engine import fastpath
-
     model = tiny_llama()
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     fast, ref = LlamaFastStepper(model), ModelStepper(model, use_cache=False)
-    assert fast.linear is fastpath.matmul_linear
+    assert not fast.onednn
     torch.testing.assert_close(fast.logits(PROMPT), ref.logits(PROMPT), atol=1e-4, rtol=1e-4)
