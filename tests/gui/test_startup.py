@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
@@ -41,3 +43,19 @@ def test_engine_records_and_settings_import_without_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_pyside_import_hook_no_longer_reads_every_imported_module():
+    import gui  # noqa: F401 - tames the hook on import
+
+    feature = sys.modules.get("shibokensupport.feature")
+    scan = getattr(feature, "_mod_uses_pyside", None)
+    if scan is None:
+        pytest.skip("this PySide has no import hook to tame")
+    import json
+
+    import gui.window
+
+    assert getattr(scan, "decoding_lab", False)
+    assert scan(json) is False  # answered from the name: outside the app
+    assert scan(gui.window) is True  # the app's own modules are still read
