@@ -122,6 +122,35 @@ def matvec_bandwidth(device: torch.device, dtype: torch.dtype, mbytes: int = 512
     return best
 
 
+def llama_cpp_rates(gguf: str, ids: list[int], n: int) -> dict[str, float] | None:
+    """llama-cpp-python on the same GGUF file and prompt ids, greedy, ``n`` new tokens (end of
+    sequence suppressed, as in our runs): with the top-20 log-probabilities per token, and
+    without. None when llama-cpp-python is not installed (it is optional: it builds from
+    source, which takes minutes)."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    rates: dict[str, float] = {}
+    for name, logprobs in (("logprobs20", 20), ("plain", None)):
+        llm = Llama(
+            model_path=gguf,
+            n_ctx=max(512, len(ids) + n + 8),
+            n_threads=torch.get_num_threads(),
+            logits_all=logprobs is not None,
+            verbose=False,
+        )
+        options: dict[str, Any] = dict(
+            temperature=0.0, logprobs=logprobs, logit_bias={llm.token_eos(): -1e9}
+        )
+        llm.create_completion(ids, max_tokens=4, **options)  # warm-up
+        start = time.perf_counter()
+        out = llm.create_completion(ids, max_tokens=n, **options)
+        rates[name] = out["usage"]["completion_tokens"] / (time.perf_counter() - start)
+        llm.close()
+    return rates
+
+
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes read per token: every weight once (an untied input embedding only a row)."""
     seen: set[int] = set()
@@ -201,6 +230,28 @@ def run_engine_bench(
         say(f"   weights read per token {need / 1e6:.0f} MB; bandwidth limit {bw / need:.1f} tok/s")
         results[name].update(bandwidth_gbs=bw / 1e9, weight_mb=need / 1e6, limit_tok_s=bw / need)
     model.to(torch.float32)
+
+    # The fastest CPU mode (bf16 fast path) vs llama.cpp on the GGUF file the model came from
+    gguf = bundle.extra.get("gguf")
+    if gguf and device.type == "cpu":
+        ids = bundle.encode_prompt("Write a short poem about the sea.")
+        llama = llama_cpp_rates(gguf, ids, new_tokens)
+        if llama is None:
+            say("   llama-cpp-python: not installed, skipped (pip install llama-cpp-python)")
+        else:
+            ours = results["bfloat16"]["ours_fast"]
+            for key, label in (("logprobs20", "logprobs=20"), ("plain", "no probabilities")):
+                say(
+                    line(
+                        f"   bf16 vs llama-cpp-python, {label}",
+                        ours,
+                        llama[key],
+                        "tok/s",
+                        "ours",
+                        "llama",
+                    )
+                )
+            results["llama_cpp"] = llama
 
     # 4. n-gram speculative vs plain greedy on an input-grounded prompt (same decode path)
     ids = bundle.encode_prompt(GROUNDED_PROMPT)

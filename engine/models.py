@@ -222,7 +222,10 @@ def load_model(
         ) from exc
     model.to(dev)
     model.eval()
-    return make_bundle(model, tokenizer, source=source, name=name, device=dev, dtype=torch_dtype)
+    bundle = make_bundle(model, tokenizer, source=source, name=name, device=dev, dtype=torch_dtype)
+    if path.is_file():
+        bundle.extra["gguf"] = str(path)  # the benchmark runs llama.cpp on the same file
+    return bundle
 
 
 def make_bundle(

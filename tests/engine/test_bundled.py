@@ -48,6 +48,7 @@ def test_smollm2_greedy_equals_transformers(smol):
     bundle, messages = smol
     assert any("Converting" in m for m in messages)
     assert bundle.has_chat_template and bundle.kind == "decoder-only"
+    assert bundle.extra["gguf"].endswith(".gguf")  # the file llama.cpp is benchmarked on
     im_end = bundle.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert im_end in bundle.eos_token_ids
     ids = bundle.encode_prompt("Write a short poem about the sea.")
