@@ -83,15 +83,22 @@ def _fused(*linears: torch.nn.Linear) -> torch.Tensor:
 
 
 # One forward pass over ``ids`` (TorchScript). ``number`` is TorchScript's Scalar type, which
-# the oneDNN op's argument list needs and which Python annotations cannot spell.
-_FORWARD_SOURCE = """
+# the oneDNN op's argument list needs and which Python annotations cannot spell. A torch built
+# without oneDNN gets the matmul-only ``linear``.
+_LINEAR_SOURCE = {
+    True: """
 def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
     if onednn:
         no_scalars: List[Optional[number]] = []
         return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", no_scalars, "")
     return torch.matmul(x, w.t())
-
-
+""",
+    False: """
+def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
+    return torch.matmul(x, w.t())
+""",
+}
+_FORWARD_SOURCE = """
 def norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
     # as transformers' LlamaRMSNorm: normalise in float32, scale in the model dtype
     return w * torch.rms_norm(x.float(), [x.shape[-1]], None, eps).to(x.dtype)
@@ -143,13 +150,27 @@ _compiled: Any = None
 _compile_lock = threading.Lock()
 
 
+def has_onednn_linear() -> bool:
+    """Whether this torch has the oneDNN linear op the CPU path uses."""
+    try:
+        torch.ops.mkldnn._linear_pointwise  # noqa: B018 - raises when the op is missing
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.backends.mkldnn.is_available()
+
+
+def compile_forward(onednn: bool) -> Any:
+    """The fast path's TorchScript functions (``forward``, ``linear``, ``norm``)."""
+    return torch.jit.CompilationUnit(_LINEAR_SOURCE[onednn] + _FORWARD_SOURCE)
+
+
 def _script() -> Any:
-    """The compiled functions (``forward``, ``linear``, ``norm``), built on first use."""
+    """The compiled functions for this torch, built on first use."""
     global _compiled
     with _compile_lock:
         if _compiled is None:
             try:
-                _compiled = torch.jit.CompilationUnit(_FORWARD_SOURCE)
+                _compiled = compile_forward(has_onednn_linear())
             except Exception as exc:  # noqa: BLE001 - no TorchScript: use model.forward
                 raise FastPathUnsupported(f"TorchScript is not available: {exc}") from exc
     return _compiled
@@ -175,7 +196,7 @@ def _cpu_kernel(
     if w0.device.type != "cpu" or w0.dtype not in (torch.float32, torch.bfloat16):
         return False, weights
     try:
-        if not torch.backends.mkldnn.is_available():
+        if not has_onednn_linear():
             return False, weights
         if w0.dtype == torch.float32:
             ready = weights
