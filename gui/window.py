@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer, Slot
-from PySide6.QtGui import QAction, QCloseEvent, QFont, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QFont, QFontMetrics, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -935,6 +935,9 @@ class MainWindow(QMainWindow):
         for plot in (self.dist, self.speed, self.entropy):
             plot.set_font_size(self.font_pt - 1)
         self.beam_tree.set_font_size(self.font_pt - 1)
+        # Room for two lines of the step summary whatever it says: a summary that grew from one
+        # line to two would shift the plot below it, and repaint it, at every token.
+        self.dist_info.setMinimumHeight(2 * QFontMetrics(font).lineSpacing() + 4)
         QTimer.singleShot(0, self._fit_left_column)  # after the new font reaches the widgets
 
     def _fit_left_column(self) -> None:

@@ -17,6 +17,9 @@ from gui.theme import LIGHT, Theme
 pg.setConfigOptions(antialias=True, useOpenGL=False)
 
 
+X_LIMITS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)  # the probability axis ends at one of these
+
+
 def _short(text: str, limit: int = 14) -> str:
     shown = repr(text)[1:-1]  # escapes newlines and tabs, keeps spaces
     shown = shown.replace(" ", "␣")
@@ -35,6 +38,7 @@ class DistributionPlot(pg.PlotWidget):
         self.setObjectName("distribution_plot")
         self.top_n = top_n
         self.step: Step | None = None
+        self._x_upper = 1.0
         self.theme = LIGHT
         plot = self.getPlotItem()
         plot.setMenuEnabled(False)
@@ -42,7 +46,7 @@ class DistributionPlot(pg.PlotWidget):
         vb = plot.getViewBox()
         vb.setMouseEnabled(x=False, y=False)
         vb.invertY(True)
-        self.setXRange(0, 1, padding=0.02)
+        self.setXRange(0, self._x_upper, padding=0.02)
         self.setLabel("bottom", "probability")
         plot.getAxis("bottom").enableAutoSIPrefix(False)
         plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # every token gets its label
@@ -119,6 +123,11 @@ class DistributionPlot(pg.PlotWidget):
             self.chosen.setOpts(x0=[0], y=[i], width=[max(raw[i], proc[i])], height=0.9)
         else:
             self.chosen.setOpts(x0=[], y=[], width=[])
+        top = max(float(raw.max(initial=0)), float(proc.max(initial=0)))
+        upper = next(u for u in X_LIMITS if u >= min(1.0, top * 1.1))
+        if self._x_upper != upper:
+            self._x_upper = upper
+            self.setXRange(0, upper, padding=0.02)
         # The cut falls where the kept prefix ends (when the kept tokens are a prefix by rank).
         first_cut = int(np.argmax(cut)) if cut.any() else None
         if first_cut is not None and not cut[first_cut:].all():
@@ -127,7 +136,9 @@ class DistributionPlot(pg.PlotWidget):
             self.cut_line.setPos(first_cut - 0.5)
             self.cut_line.show()
             self.cut_label.setText(f"cut: {step.survivors} kept")
-            self.cut_label.setPos(QPointF(0.98, first_cut - 0.5))
+            # at the right edge; above the line in the lower half, clear of the legend
+            self.cut_label.setAnchor((1, 1) if first_cut > n / 2 else (1, 0))
+            self.cut_label.setPos(QPointF(0.98 * upper, first_cut - 0.5))
         else:
             self.cut_line.hide()
             self.cut_label.setText("")
@@ -137,10 +148,10 @@ class DistributionPlot(pg.PlotWidget):
         # wide enough for the longest label: pyqtgraph drops labels that do not fit
         metrics = QFontMetrics(getattr(self, "_tick_font", QFont()))
         needed = max((metrics.horizontalAdvance(t) for _, t in ticks), default=40) + 16
-        if abs(axis.width() - needed) > 8:
+        # Width and range change in steps, not with every token: each change re-lays out the
+        # plot and paints it again (and a steady axis is easier to read on a projector).
+        if needed > axis.width() or needed < axis.width() - 60:
             axis.setWidth(needed)
-        top = max(float(raw.max(initial=0)), float(proc.max(initial=0)))
-        self.setXRange(0, max(0.05, min(1.0, top * 1.1)), padding=0.02)
         self.setYRange(-0.6, max(n, self.top_n) - 0.4, padding=0)
         plot.setTitle(None)
 
