@@ -57,16 +57,38 @@ def pump_until(
     what: str,
     on_tick: Callable[[], None] | None = None,
 ) -> None:
-    """Run the event loop until ``cond()`` holds; TimeoutError after ``timeout`` seconds."""
-    app = QApplication.instance()
+    """Run the event loop until ``cond()`` holds; TimeoutError after ``timeout`` seconds.
+
+    It waits in a real ``QEventLoop``, as the app does, checking every 10 ms: a loop of
+    ``processEvents`` and sleeps would keep the GUI thread busy and take the GIL from the
+    worker, and a benchmark would measure that instead of the window."""
+    if cond():
+        return
+    loop = QEventLoop()
     end = time.perf_counter() + timeout
-    while not cond():
-        if on_tick is not None:
-            on_tick()
-        if time.perf_counter() > end:
-            raise TimeoutError(f"timed out waiting for {what}")
-        app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-        time.sleep(0.002)
+    outcome: list[BaseException | None] = []
+
+    def check() -> None:
+        try:
+            if on_tick is not None:
+                on_tick()
+            if cond():
+                outcome.append(None)
+            elif time.perf_counter() > end:
+                outcome.append(TimeoutError(f"timed out waiting for {what}"))
+        except Exception as exc:  # noqa: BLE001 - raised below, outside the event loop
+            outcome.append(exc)
+        if outcome:
+            loop.quit()
+
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(check)
+    timer.start()
+    loop.exec()
+    timer.stop()
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
 
 
 class Heartbeat:

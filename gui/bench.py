@@ -26,10 +26,10 @@ def run_gui_bench(
     bundle: ModelBundle, say: Callable[[str], None], new_tokens: int = 128
 ) -> dict[str, Any]:
     from gui.app import Heartbeat, isolated_window, make_app, pump_until
-    from gui.worker import configure_torch
+    from gui.worker import import_engine
 
     make_app()
-    configure_torch()  # as the app's first job does
+    import_engine()  # as the app's load job does
     window = isolated_window(Path(tempfile.mkdtemp()))
     bundle.source_key = "smollm2-135m"  # type: ignore[attr-defined]
     window.runner.bundle = bundle
