@@ -159,6 +159,16 @@ def has_onednn_linear() -> bool:
     return torch.backends.mkldnn.is_available()
 
 
+def onednn_supports(dtype: torch.dtype) -> bool:
+    """Whether oneDNN runs matrix products in ``dtype`` on this CPU: bfloat16 needs AVX-512
+    (bw, vl, dq) or AVX-NE-CONVERT; an AVX2-only CPU (some AMD EPYC machines) has only fp32."""
+    if not has_onednn_linear():
+        return False
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return dtype == torch.float32
+
+
 def compile_forward(onednn: bool) -> Any:
     """The fast path's TorchScript functions (``forward``, ``linear``, ``norm``)."""
     return torch.jit.CompilationUnit(_LINEAR_SOURCE[onednn] + _FORWARD_SOURCE)
@@ -196,7 +206,7 @@ def _cpu_kernel(
     if w0.device.type != "cpu" or w0.dtype not in (torch.float32, torch.bfloat16):
         return False, weights
     try:
-        if not has_onednn_linear():
+        if not onednn_supports(w0.dtype):
             return False, weights
         if w0.dtype == torch.float32:
             ready = weights
