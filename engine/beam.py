@@ -1,13 +1,16 @@
 """Beam search with the same rules as ``transformers.generate(num_beams=N, do_sample=False)``,
-and a record of every candidate so the GUI can draw the search as a tree.
+streamed as records: per step a ``BeamEvent`` (every candidate, for the tree view) and the best
+running beam as ``Step`` records (with a ``Rewind`` where the best beam changed), and at the end
+the best finished hypothesis and the ``BeamResult``.
 
-Per step, over all beams: log-softmax of the logits, then the processors (no-repeat-ngram),
-plus each beam's running log-probability; the best K = max(2, 1 + #EOS) * N candidates are
-kept. A candidate that ends with EOS (or reaches the length limit) and ranks in the top N
-becomes a finished hypothesis scored sum_logprob / generated_length ** length_penalty; the
-best N unfinished candidates carry on. The search stops when no running beam can beat the
-worst of N finished hypotheses (transformers' heuristic: the running score divided by the
-current length), when ``early_stopping=True`` and N hypotheses are finished, or at the limit.
+Per step, over all beams: log-softmax of the logits, then the penalty stages of the settings
+(repetition penalty, no-repeat-ngram, min new tokens), plus each beam's running log-probability;
+the best K = max(2, 1 + #EOS) * N candidates are kept. A candidate that ends with EOS (or reaches
+the length limit) and ranks in the top N becomes a finished hypothesis scored
+sum_logprob / generated_length ** length_penalty; the best N unfinished candidates carry on. The
+search stops when no running beam can beat the worst of N finished hypotheses (transformers'
+heuristic: the running score divided by the current length), when ``early_stopping=True`` and N
+hypotheses are finished, or at the limit.
 
 The KV cache is filled once for the prompt, repeated for the N beams, and reordered after every
 step (``reorder_cache``), never recomputed. The encoder of an encoder-decoder model runs once.
@@ -17,107 +20,121 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache, EncoderDecoderCache
 
-from engine.generate import EmptyPromptError, TokenTable, _as_id_list, context_length, model_device
-from engine.processors import NoRepeatNGram
+from engine.device import model_device
+from engine.measure import measure
+from engine.processors import PENALTIES, apply_chain, build_chain
 from engine.records import (
+    BEAM,
     FINISHED,
+    KEEP_FULL,
     PRUNED,
     RUNNING,
     BeamEvent,
     BeamHypothesis,
     BeamNode,
     BeamResult,
+    Step,
 )
+from engine.session import Record, SessionBase
+from engine.settings import DEFAULT_SETTINGS, SamplerSettings
 
 
-class BeamSearch:
-    """``for event in search.events(): ...`` then ``search.result``; or ``search.run()``."""
+class BeamSession(SessionBase):
+    """``for record in session.stream(): ...`` then ``session.result``; or ``session.run()``."""
+
+    method = BEAM
 
     def __init__(
         self,
         model: torch.nn.Module,
         prompt_ids: Sequence[int],
+        settings: SamplerSettings = DEFAULT_SETTINGS,
+        *,
         num_beams: int = 4,
-        max_new_tokens: int = 40,
         length_penalty: float = 1.0,
         early_stopping: bool | str = False,
-        no_repeat_ngram_size: int = 0,
-        eos_token_ids: int | Iterable[int] | None = None,
         tokenizer: Any | None = None,
+        eos_token_ids: int | Iterable[int] | None = None,
+        top_n: int = 20,
+        max_context: int | None = None,
+        keep_candidates: int | None = KEEP_FULL,
     ) -> None:
         if num_beams < 1:
             raise ValueError("num_beams must be >= 1")
         if early_stopping not in (True, False, "never"):
             raise ValueError("early_stopping must be True, False or 'never'")
-        prompt_ids = [int(i) for i in prompt_ids]
-        if not prompt_ids:
-            raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
-        self.model = model
+        super().__init__(
+            model, prompt_ids, settings, tokenizer=tokenizer, eos_token_ids=eos_token_ids,
+            top_n=top_n, max_context=max_context, keep_candidates=keep_candidates,
+        )  # fmt: skip
         self.num_beams = num_beams
         self.length_penalty = float(length_penalty)
         self.early_stopping = early_stopping
-        self.processors = [NoRepeatNGram(no_repeat_ngram_size)] if no_repeat_ngram_size else []
-        if eos_token_ids is None:
-            eos_token_ids = getattr(model.config, "eos_token_id", None)
-        self.eos = tuple(_as_id_list(eos_token_ids))
-        self.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
         self.device = model_device(model)
-        self.prompt_ids = prompt_ids
-        self.decoder_prompt = (
-            [int(model.config.decoder_start_token_id)] if self.is_encoder_decoder else prompt_ids
-        )
-        limit = None if self.is_encoder_decoder else context_length(model)
-        self.max_length = len(self.decoder_prompt) + max_new_tokens
-        if limit is not None:
-            self.max_length = min(self.max_length, limit)
-        self.tokens = TokenTable(tokenizer)
         self.result: BeamResult | None = None
         self.forward_passes = 0
+        self.nodes: dict[int, BeamNode] = {}
+        self._node_steps: dict[int, Step] = {}  # each candidate's record (text added on output)
+        self._path: list[int] = []  # node ids of the steps in ``history``
+        self._search: Iterator[list[Record]] | None = None
+
+    @property
+    def settings(self) -> SamplerSettings | None:
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: SamplerSettings) -> None:
+        """Beams are ranked by log-probability: only the penalty stages apply."""
+        self._settings = value
+        self.sampler = build_chain(value, self.prompt_length, self.eos_token_ids, only=PENALTIES)
 
     def run(self) -> BeamResult:
-        for _ in self.events():
+        for _ in self.stream():
             pass
         assert self.result is not None
         return self.result
+
+    def _advance(self, room: int) -> list[Record]:
+        if self._search is None:
+            self._search = self._steps(room)
+        return next(self._search)
 
     # -- model calls --------------------------------------------------------------------------
 
     def _start(self) -> tuple[torch.Tensor, Any, dict[str, Any]]:
         """First logits for every beam [N, vocab], the cache, and extra forward kwargs."""
-        n = self.num_beams
-        model = self.model
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        n, model = self.num_beams, self.model
         if self.is_encoder_decoder:
-            enc = torch.tensor([self.prompt_ids], device=self.device)
+            enc = torch.tensor([self.encoder_ids], device=self.device)
             mask = torch.ones_like(enc)
             encoder_out = model.get_encoder()(input_ids=enc, attention_mask=mask, return_dict=True)
             # one encoder pass, its output shared by the N beams
             encoder_out["last_hidden_state"] = encoder_out.last_hidden_state.repeat_interleave(
                 n, dim=0
             )
-            extra = {
-                "encoder_outputs": encoder_out,
-                "attention_mask": mask.repeat_interleave(n, dim=0),
-            }
+            extra = {"encoder_outputs": encoder_out, "attention_mask": mask.repeat_interleave(n, 0)}
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-            start = torch.tensor([self.decoder_prompt] * n, device=self.device)
+            start = torch.tensor([self.ids] * n, device=self.device)
             out = model(decoder_input_ids=start, past_key_values=cache, use_cache=True, **extra)
             self.forward_passes += 1
             return out.logits[:, -1, :].float(), out.past_key_values, extra
         cache = DynamicCache(config=model.config)
-        prompt = torch.tensor([self.prompt_ids], device=self.device)
+        prompt = torch.tensor([self.ids], device=self.device)
         out = model(input_ids=prompt, past_key_values=cache, use_cache=True)
         self.forward_passes += 1
         cache = out.past_key_values
         cache.batch_repeat_interleave(n)  # the prompt is computed once, copied for each beam
         return out.logits[:, -1, :].float().expand(n, -1), cache, {}
 
-    def _step(
+    def _forward(
         self, tokens: torch.Tensor, cache: Any, extra: dict[str, Any]
     ) -> tuple[torch.Tensor, Any]:
         """tokens: [N] -> logits [N, vocab]."""
@@ -129,113 +146,166 @@ class BeamSearch:
     # -- the search ---------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def events(self) -> Iterator[BeamEvent]:
-        start_time = time.perf_counter()
+    def _steps(self, budget: int) -> Iterator[list[Record]]:
+        """One list of records per beam step; the last one ends the run."""
+        started = time.perf_counter()
         n = self.num_beams
-        eos = torch.tensor(self.eos, device=self.device, dtype=torch.long)
-        keep = max(2, 1 + len(self.eos)) * n
-        prompt_len = len(self.decoder_prompt)
-        seqs = [list(self.decoder_prompt) for _ in range(n)]
-        # Only beam 0 is live at first: all beams are the same prompt.
+        prompt_len = len(self.ids)
+        max_length = prompt_len + budget
+        if self.max_context is not None:
+            max_length = min(max_length, self.max_context)
+        seqs = [list(self.ids) for _ in range(n)]
         scores = torch.full((n,), -1e9, device=self.device)
-        scores[0] = 0.0
+        scores[0] = 0.0  # only beam 0 is live at first: all beams are the same prompt
         beam_nodes = [0] * n
         finished: list[tuple[float, list[int], int]] = []  # (score, seq, node id), best first
         improvable = True
-        next_id = 1
-        cur_len = prompt_len
+        next_id, cur_len, depth = 1, prompt_len, 0
         logits, cache, extra = self._start()
-        step = 0
         while True:
-            logp = F.log_softmax(logits, dim=-1)  # [N, vocab]
-            if self.processors:
-                ids = torch.tensor(seqs, device=self.device)  # [N, cur_len]
-                for proc in self.processors:
-                    logp = proc(ids, logp)
-            vocab = logp.shape[-1]
-            total = (logp + scores[:, None]).reshape(-1)  # [N * vocab]
-            top_scores, top_idx = torch.topk(total, min(keep, total.numel()))
-            src = top_idx // vocab
-            tok = top_idx % vocab
-            at_limit = cur_len + 1 >= self.max_length
-            hits = (
-                torch.isin(tok, eos) if len(self.eos) else torch.zeros_like(tok, dtype=torch.bool)
-            )
-            if at_limit:
-                hits = torch.ones_like(hits)
-            token_logp = logp.reshape(-1)[top_idx]
-            # one copy of the few numbers the bookkeeping needs
-            top_scores_l, src_l, tok_l, hits_l, tok_lp = (
-                top_scores.tolist(), src.tolist(), tok.tolist(), hits.tolist(), token_logp.tolist()
-            )  # fmt: skip
-
+            tick = time.perf_counter()
+            depth += 1
+            at_limit = cur_len + 1 >= max_length
+            tops = self._candidates(logits, seqs, scores, at_limit)
+            top_scores, src, tok, hits, token_logp = tops
             # Finished hypotheses: only candidates ranked in the top N may finish.
             gen_len = cur_len + 1 - prompt_len
-            full = len(finished) == n and self.early_stopping is True
-            statuses = [PRUNED] * len(tok_l)
-            final_scores: list[float | None] = [None] * len(tok_l)
-            if improvable and not full:
-                for j in range(min(n, len(tok_l))):
-                    if hits_l[j]:
-                        final = top_scores_l[j] / (gen_len**self.length_penalty)
-                        finished.append((final, seqs[src_l[j]] + [tok_l[j]], next_id + j))
+            statuses = [PRUNED] * len(tok)
+            final_scores: list[float | None] = [None] * len(tok)
+            if improvable and not (len(finished) == n and self.early_stopping is True):
+                for j in range(min(n, len(tok))):
+                    if hits[j]:
+                        final = top_scores[j] / (gen_len**self.length_penalty)
+                        finished.append((final, seqs[src[j]] + [tok[j]], next_id + j))
                         statuses[j], final_scores[j] = FINISHED, final
                 finished.sort(key=lambda h: -h[0])
                 kept_ids = {h[2] for h in finished[:n]}
-                for j in range(len(tok_l)):
+                for j in range(len(tok)):
                     if statuses[j] == FINISHED and next_id + j not in kept_ids:
                         statuses[j] = PRUNED  # finished, but worse than N better hypotheses
                 del finished[n:]
-
             # The best N unfinished candidates carry on.
-            masked = top_scores + hits.float() * -1e9
+            masked = torch.tensor(top_scores) + torch.tensor(hits, dtype=torch.float) * -1e9
             order = torch.topk(masked, n).indices.tolist()
             for j in order:
-                if not hits_l[j]:
+                if not hits[j]:
                     statuses[j] = RUNNING
             nodes = tuple(
                 BeamNode(
                     node_id=next_id + j,
-                    parent=beam_nodes[src_l[j]],
-                    token_id=tok_l[j],
-                    text=self.tokens(tok_l[j]),
-                    logprob=tok_lp[j],
-                    score=top_scores_l[j],
-                    depth=step + 1,
+                    parent=beam_nodes[src[j]],
+                    token_id=tok[j],
+                    text=self.text_track.show(tok[j]),
+                    logprob=token_logp[j],
+                    score=top_scores[j],
+                    depth=depth,
                     status=statuses[j],
                     final_score=final_scores[j],
                 )  # fmt: skip
-                for j in range(len(tok_l))
+                for j in range(len(tok))
             )
-            scores = masked[order]
-            seqs = [seqs[src_l[j]] + [tok_l[j]] for j in order]
+            self.nodes.update((node.node_id, node) for node in nodes)
+            scores = masked[order].to(self.device)
+            seqs = [seqs[src[j]] + [tok[j]] for j in order]
             beam_nodes = [next_id + j for j in order]
-            next_id += len(tok_l)
-            cache.reorder_cache(src[order])
+            next_id += len(tok)
+            cache.reorder_cache(torch.tensor([src[j] for j in order], device=self.device))
             cur_len += 1
-            step += 1
-            live = tuple(node for node, j in zip(beam_nodes, order, strict=True) if not hits_l[j])
-            yield BeamEvent(step, nodes, live, tuple(h[2] for h in finished))
-
+            live = tuple(node for node, j in zip(beam_nodes, order, strict=True) if not hits[j])
+            event = BeamEvent(depth, nodes, live, tuple(h[2] for h in finished))
             # Can a running beam still beat the worst finished hypothesis?
             if self.early_stopping == "never" and self.length_penalty > 0:
-                best_len = self.max_length - prompt_len
+                best_len = max_length - prompt_len
             else:
                 best_len = cur_len - prompt_len
-            best_possible = float(scores[0]) / (best_len**self.length_penalty)
+            best_possible = float(masked[order[0]]) / (best_len**self.length_penalty)
             worst = finished[-1][0] if len(finished) == n else -1e9
             improvable = improvable and best_possible > worst
-            all_full = len(finished) == n and self.early_stopping is True
-            if not improvable or all_full or all(hits_l):
-                break
-            logits, cache = self._step(
+            done = not improvable or (len(finished) == n and self.early_stopping is True)
+            done = done or all(hits)
+            self._measure_nodes(nodes, time.perf_counter() - tick)
+            if done:
+                hyps = tuple(
+                    BeamHypothesis(tuple(seq[prompt_len:]), score, node)
+                    for score, seq, node in finished
+                )
+                self.result = BeamResult(
+                    hyps, depth, self.forward_passes, time.perf_counter() - started
+                )
+                records = [event, *self._show_path(self.result.best.node_id), self.result]
+                self.finished = True
+                self.stop_reason = self.stop_reason or "max_new_tokens"
+                yield records
+                return
+            yield [event, *self._show_path(beam_nodes[0])]
+            logits, cache = self._forward(
                 torch.tensor([s[-1] for s in seqs], device=self.device), cache, extra
             )
 
-        hyps = tuple(
-            BeamHypothesis(tuple(seq[prompt_len:]), score, node) for score, seq, node in finished
+    def _candidates(
+        self, logits: torch.Tensor, seqs: list[list[int]], scores: torch.Tensor, at_limit: bool
+    ) -> tuple[list[float], list[int], list[int], list[bool], list[float]]:
+        """The best K candidates over all beams: path scores, source beam, token, whether it
+        ends a hypothesis, and its log-probability. Keeps the beams' distributions for
+        ``_measure_nodes``."""
+        logp = F.log_softmax(logits, dim=-1)  # [N, vocab]
+        ids = torch.tensor(seqs, device=self.device) if self.sampler.uses_ids else None
+        processed, cut = apply_chain(
+            self.sampler.stages, ids if ids is not None else torch.empty(0), logp, track=True
         )
-        self.result = BeamResult(hyps, step, self.forward_passes, time.perf_counter() - start_time)
+        vocab = processed.shape[-1]
+        keep = max(2, 1 + len(self.eos_token_ids)) * self.num_beams
+        total = (processed + scores[:, None]).reshape(-1)  # [N * vocab]
+        top_scores, top_idx = torch.topk(total, min(keep, total.numel()))
+        src, tok = top_idx // vocab, top_idx % vocab
+        if at_limit:
+            hits = torch.ones_like(tok, dtype=torch.bool)
+        elif self.eos_token_ids:
+            hits = torch.isin(tok, torch.tensor(self.eos_token_ids, device=self.device))
+        else:
+            hits = torch.zeros_like(tok, dtype=torch.bool)
+        self._last = (logits, F.softmax(processed, dim=-1), cut, src, tok)
+        token_logp = processed.reshape(-1)[top_idx]
+        # one copy of the few numbers the bookkeeping needs
+        return (
+            top_scores.tolist(), src.tolist(), tok.tolist(), hits.tolist(), token_logp.tolist()
+        )  # fmt: skip
+
+    def _measure_nodes(self, nodes: Sequence[BeamNode], elapsed: float) -> None:
+        """A Step record for every candidate of this step, from its beam's distribution."""
+        logits, probs, cut, src, tok = self._last
+        measured = measure(logits[src], probs[src], tok, self.top_n, cut[src])
+        self._run_tokens += 1
+        self._run_time += elapsed
+        rate = self._run_tokens / self._run_time if self._run_time > 0 else 0.0
+        for node, m in zip(nodes, measured, strict=True):
+            self._node_steps[node.node_id] = self._make_step(
+                m, node.depth - 1, elapsed, rate, "beam", text=""
+            )
+
+    def _show_path(self, node_id: int) -> list[Record]:
+        """Make ``history`` the path to ``node_id``: a Rewind where it parts from the path shown
+        so far, then the new steps (with their text)."""
+        path = []
+        while node_id in self.nodes:
+            path.append(node_id)
+            node_id = self.nodes[node_id].parent
+        path.reverse()
+        keep = 0
+        while keep < min(len(path), len(self._path)) and path[keep] == self._path[keep]:
+            keep += 1
+        records: list[Record] = []
+        if keep < len(self.history):
+            records.append(self.rewind(keep))
+        for node in path[keep:]:
+            step = self._node_steps[node]
+            step = replace(step, text=self.text_track.push(step.token_id))
+            self._add(step)
+            records.append(step)
+        self._path = path
+        if self.history and self.history[-1].is_eos:
+            self.stop_reason = "eos"
+        return records
 
 
 def beam_search(
@@ -243,7 +313,11 @@ def beam_search(
     prompt_ids: Sequence[int],
     num_beams: int = 4,
     max_new_tokens: int = 40,
-    **kwargs: Any,
+    settings: SamplerSettings = DEFAULT_SETTINGS,
+    **options: Any,
 ) -> BeamResult:
-    """Run a beam search to the end and return its hypotheses, best first."""
-    return BeamSearch(model, prompt_ids, num_beams, max_new_tokens, **kwargs).run()
+    """Run a beam search to the end and return its hypotheses, best first. ``options``: the
+    penalty settings (``no_repeat_ngram_size=2``...) and ``BeamSession``'s keywords."""
+    penalties = {name: options.pop(name) for name in PENALTIES if name in options}
+    settings = settings.with_(max_new_tokens=max_new_tokens, **penalties)
+    return BeamSession(model, prompt_ids, settings, num_beams=num_beams, **options).run()

@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 
+from engine.device import timed
 from engine.fastpath import linear
-from engine.generate import GenerationSession, synchronize
 from engine.models import ModelBundle
+from engine.session import GenerationSession
 from engine.settings import SamplerSettings
 from engine.speculative import NGramDrafter, SpeculativeSession
 
@@ -30,14 +31,6 @@ def line(
     ratio = ours / theirs if theirs else float("nan")
     a, b = f"{ours_name} {ours:8.1f} {unit}", f"{theirs_name} {theirs:8.1f} {unit}"
     return f"{label:<44} {ratio:6.2f}x   {a}  vs  {b}"
-
-
-def timed(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, float]:
-    synchronize(device)
-    start = time.perf_counter()
-    out = fn()
-    synchronize(device)
-    return out, time.perf_counter() - start
 
 
 def hf_generate_rate(bundle: ModelBundle, ids: list[int], n: int) -> tuple[float, list[int]]:
@@ -167,127 +160,102 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
+def dtype_section(
+    bundle: ModelBundle,
+    ids: list[int],
+    dtype: torch.dtype,
+    new_tokens: int,
+    say: Callable[[str], None],
+    reference: GenerationSession | None,
+) -> tuple[dict[str, Any], GenerationSession]:
+    """1 and 5 in one dtype: ours vs transformers.generate, and the bandwidth decode uses."""
+    model = bundle.model
+    model.to(dtype)
+    name = str(dtype).removeprefix("torch.")
+    hf, hf_tokens = hf_generate_rate(bundle, ids, new_tokens)
+    fast, fast_session = ours_rate(bundle, ids, new_tokens, fast=True)
+    plain, _ = ours_rate(bundle, ids, new_tokens, fast=False)
+    same = fast_session.generated_ids == hf_tokens
+    say(
+        line(
+            f"1. engine streaming (top-20) vs HF generate, {name}", fast, hf, "tok/s", "ours", "HF"
+        )
+    )
+    say(
+        line(f"   engine on model.forward vs HF generate, {name}", plain, hf, "tok/s", "ours", "HF")
+    )
+    say(f"   greedy output identical to HF generate: {'yes' if same else 'NO'}")
+    out: dict[str, Any] = {"ours_fast": fast, "ours_forward": plain, "hf": hf, "identical": same}
+    if reference is not None:
+        drift = top20_drift(reference, bundle, ids, fast=True)
+        say(f"   top-20 probabilities vs float32, max |difference| over {new_tokens} steps: "
+            f"{drift:.4f}")  # fmt: skip
+        out["top20_drift_vs_fp32"] = drift
+    bw = matvec_bandwidth(bundle.device, dtype)
+    need = weight_bytes(model)
+    say(line(f"5. bandwidth used by decode, {name}", fast * need / 1e9, bw / 1e9, "GB/s",
+             "decode", "matvec"))  # fmt: skip
+    say(f"   weights read per token {need / 1e6:.0f} MB; bandwidth limit {bw / need:.1f} tok/s")
+    out.update(bandwidth_gbs=bw / 1e9, weight_mb=need / 1e6, limit_tok_s=bw / need)
+    return out, fast_session
+
+
+def llama_cpp_section(
+    bundle: ModelBundle, ours_bf16: float, new_tokens: int, say: Callable[[str], None]
+) -> dict[str, float] | None:
+    """The fastest CPU mode (bf16 fast path) vs llama.cpp on the GGUF file the model came from."""
+    gguf = bundle.extra.get("gguf")
+    if not gguf or bundle.device.type != "cpu":
+        return None
+    ids = bundle.encode_prompt("Write a short poem about the sea.")
+    llama = llama_cpp_rates(gguf, ids, new_tokens)
+    if llama is None:
+        say("   llama-cpp-python: not installed, skipped (pip install llama-cpp-python)")
+        return None
+    for key, label in (("logprobs20", "logprobs=20"), ("plain", "no probabilities")):
+        say(line(f"   bf16 vs llama-cpp-python, {label}", ours_bf16, llama[key], "tok/s", "ours",
+                 "llama"))  # fmt: skip
+    return llama
+
+
+def ngram_section(bundle: ModelBundle, say: Callable[[str], None], n: int = 96) -> dict[str, Any]:
+    """4. n-gram speculative vs plain greedy on an input-grounded prompt (same decode path)."""
+    ids = bundle.encode_prompt(GROUNDED_PROMPT)
+    model, eos = bundle.model, bundle.eos_token_ids
+    greedy = SamplerSettings(temperature=0, max_new_tokens=n)
+    spec = SpeculativeSession(
+        model, ids, NGramDrafter(), greedy, eos_token_ids=eos, gamma=5, top_n=1, fast=True
+    )
+    plain = GenerationSession(model, ids, greedy, top_n=1, eos_token_ids=eos, fast=True)
+    _, plain_secs = timed(bundle.device, lambda: list(plain.stream()))
+    out, spec_secs = timed(bundle.device, lambda: spec.run(n))
+    plain_tps = len(plain.generated_ids) / plain_secs
+    spec_tps = len(out) / spec_secs
+    same = out == plain.generated_ids
+    say(
+        line("4. n-gram speculative vs plain greedy", spec_tps, plain_tps, "tok/s", "spec", "plain")
+    )
+    say(f"   identical output: {'yes' if same else 'NO'}; acceptance "
+        f"{spec.stats.acceptance_rate:.0%}, {spec.stats.target_passes} target passes for "
+        f"{len(out)} tokens")  # fmt: skip
+    return {"spec": spec_tps, "plain": plain_tps, "identical": same}
+
+
 def run_engine_bench(
     bundle: ModelBundle, say: Callable[[str], None], new_tokens: int = 128
 ) -> dict[str, Any]:
     results: dict[str, Any] = {}
     ids = bundle.encode_prompt("Write a short poem about the sea.")
-    device = bundle.device
-    model = bundle.model
-    dtypes = [torch.float32, torch.bfloat16]
     reference: GenerationSession | None = None
-    for dtype in dtypes:
-        model.to(dtype)
+    for dtype in (torch.float32, torch.bfloat16):
         name = str(dtype).removeprefix("torch.")
-        hf, hf_tokens = hf_generate_rate(bundle, ids, new_tokens)
-        fast, fast_session = ours_rate(bundle, ids, new_tokens, fast=True)
-        plain, _ = ours_rate(bundle, ids, new_tokens, fast=False)
-        same = fast_session.generated_ids == hf_tokens
-        say(
-            line(
-                f"1. engine streaming (top-20) vs HF generate, {name}",
-                fast,
-                hf,
-                "tok/s",
-                "ours",
-                "HF",
-            )
-        )
-        say(
-            line(
-                f"   engine on model.forward vs HF generate, {name}",
-                plain,
-                hf,
-                "tok/s",
-                "ours",
-                "HF",
-            )
-        )
-        say(f"   greedy output identical to HF generate: {'yes' if same else 'NO'}")
-        results[name] = {"ours_fast": fast, "ours_forward": plain, "hf": hf, "identical": same}
-        if dtype == torch.float32:
-            reference = fast_session
-        elif reference is not None:
-            drift = top20_drift(reference, bundle, ids, fast=True)
-            say(
-                f"   top-20 probabilities vs float32, max |difference| over {new_tokens} "
-                f"steps: {drift:.4f}"
-            )
-            results[name]["top20_drift_vs_fp32"] = drift
-        bw = matvec_bandwidth(device, dtype)
-        need = weight_bytes(model)
-        achieved = fast * need
-        say(
-            line(
-                f"5. bandwidth used by decode, {name}",
-                achieved / 1e9,
-                bw / 1e9,
-                "GB/s",
-                "decode",
-                "matvec",
-            )
-        )
-        say(f"   weights read per token {need / 1e6:.0f} MB; bandwidth limit {bw / need:.1f} tok/s")
-        results[name].update(bandwidth_gbs=bw / 1e9, weight_mb=need / 1e6, limit_tok_s=bw / need)
-    model.to(torch.float32)
-
-    # The fastest CPU mode (bf16 fast path) vs llama.cpp on the GGUF file the model came from
-    gguf = bundle.extra.get("gguf")
-    if gguf and device.type == "cpu":
-        ids = bundle.encode_prompt("Write a short poem about the sea.")
-        llama = llama_cpp_rates(gguf, ids, new_tokens)
-        if llama is None:
-            say("   llama-cpp-python: not installed, skipped (pip install llama-cpp-python)")
-        else:
-            ours = results["bfloat16"]["ours_fast"]
-            for key, label in (("logprobs20", "logprobs=20"), ("plain", "no probabilities")):
-                say(
-                    line(
-                        f"   bf16 vs llama-cpp-python, {label}",
-                        ours,
-                        llama[key],
-                        "tok/s",
-                        "ours",
-                        "llama",
-                    )
-                )
-            results["llama_cpp"] = llama
-
-    # 4. n-gram speculative vs plain greedy on an input-grounded prompt (same decode path)
-    ids = bundle.encode_prompt(GROUNDED_PROMPT)
-    n = 96
-    spec = SpeculativeSession(
-        model,
-        ids,
-        NGramDrafter(),
-        SamplerSettings(temperature=0, min_new_tokens=0),
-        eos_token_ids=bundle.eos_token_ids,
-        gamma=5,
-        top_n=1,
-        fast=True,
-    )
-    plain_eos = GenerationSession(
-        model,
-        ids,
-        SamplerSettings(temperature=0, max_new_tokens=n),
-        top_n=1,
-        eos_token_ids=bundle.eos_token_ids,
-        fast=True,
-    )
-    _, plain_secs = timed(device, lambda: list(plain_eos.stream()))
-    out, spec_secs = timed(device, lambda: spec.run(n))
-    plain_tps = len(plain_eos.generated_ids) / plain_secs
-    spec_tps = len(out) / spec_secs
-    same = out == plain_eos.generated_ids
-    say(
-        line("4. n-gram speculative vs plain greedy", spec_tps, plain_tps, "tok/s", "spec", "plain")
-    )
-    say(
-        f"   identical output: {'yes' if same else 'NO'}; "
-        f"acceptance {spec.stats.acceptance_rate:.0%}, "
-        f"{spec.stats.target_passes} target passes for {len(out)} tokens"
-    )
-    results["ngram"] = {"spec": spec_tps, "plain": plain_tps, "identical": same}
+        results[name], session = dtype_section(bundle, ids, dtype, new_tokens, say, reference)
+        reference = reference or session
+    bundle.model.to(torch.float32)
+    llama = llama_cpp_section(bundle, results["bfloat16"]["ours_fast"], new_tokens, say)
+    if llama is not None:
+        results["llama_cpp"] = llama
+    results["ngram"] = ngram_section(bundle, say)
     return results
 
 

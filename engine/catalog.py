@@ -115,6 +115,7 @@ def load_bundled(
     bundle = load_model(entry.path, device=device, dtype=dtype, progress=progress, name=entry.title)
     bundle.extra["bundled"] = entry.name
     bundle.extra["example_prompt"] = entry.example_prompt
+    bundle.source_key = entry.name
     return bundle
 
 

@@ -3,57 +3,43 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-import torch
-
-from engine.beam import BeamSearch
-from engine.generate import GenerationSession, synchronize
+from engine.beam import BeamSession
+from engine.device import timed
 from engine.models import ModelBundle
 from engine.records import (
-    BEAM,
-    METHODS,
-    PLAIN,
-    PLAIN_FAST,
-    PLAIN_NO_CACHE,
-    SPEC_DRAFT,
-    SPEC_NGRAM,
+    COMPARE_ROWS,
+    ROW_BEAM,
+    ROW_PLAIN,
+    ROW_PLAIN_FAST,
+    ROW_PLAIN_NO_CACHE,
+    ROW_SPEC_DRAFT,
+    ROW_SPEC_NGRAM,
     MethodResult,
+    Progress,
 )
+from engine.session import GenerationSession
 from engine.settings import SamplerSettings
 from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession, check_same_tokenizer
 
-T = TypeVar("T")
 
-
-def _timed(device: torch.device, fn: Callable[[], T]) -> tuple[T, float]:
-    synchronize(device)
-    start = time.perf_counter()
-    out = fn()
-    synchronize(device)
-    return out, time.perf_counter() - start
-
-
-def compare_methods(
+def compare_iter(
     bundle: ModelBundle,
     prompt_ids: Sequence[int],
     settings: SamplerSettings,
-    methods: Sequence[str] = METHODS,
+    rows: Sequence[str] = COMPARE_ROWS,
     max_new_tokens: int = 64,
     num_beams: int = 4,
     gamma: int = 5,
     drafter: ModelBundle | None = None,
-    progress: Callable[[str], None] | None = None,
     fast: bool = False,
-) -> list[MethodResult]:
-    """Each method runs once after a short warm-up; "identical" compares with plain greedy.
-    ``fast`` makes the speculative methods use the lean decode path (plain, fast path always
-    does; plain, KV cache never does)."""
-    say = progress or (lambda _m: None)
+) -> Iterator[Progress | MethodResult]:
+    """Each method once after a short warm-up, yielding its result as soon as it finishes
+    ("identical" compares with plain greedy). ``fast`` makes the speculative methods use the
+    lean decode path (plain, fast path always does; plain, KV cache never does)."""
     model, eos = bundle.model, bundle.eos_token_ids
-    device = bundle.device
     greedy = settings.with_(temperature=0.0)
 
     def decode(ids: Sequence[int]) -> str:
@@ -61,59 +47,46 @@ def compare_methods(
 
     def plain(use_cache: bool, s: SamplerSettings, fast: bool = False) -> GenerationSession:
         session = GenerationSession(
-            model,
-            prompt_ids,
-            s,
-            tokenizer=None,
-            eos_token_ids=eos,
-            top_n=1,
-            max_context=bundle.context_length,
-            use_cache=use_cache,
-            fast=fast,
-        )
+            model, prompt_ids, s, eos_token_ids=eos, top_n=1, max_context=bundle.context_length,
+            use_cache=use_cache, fast=fast,
+        )  # fmt: skip
         for _ in session.stream(max_new_tokens):
             pass
         return session
 
-    # warm-up (first-call allocations, lazy kernels) outside the timings
-    plain(True, greedy.with_(max_new_tokens=2))
-    reference = plain(True, greedy).generated_ids
+    def result(
+        row: str, ids: Sequence[int], secs: float, passes: int, **extra: object
+    ) -> MethodResult:
+        return MethodResult(
+            row, tuple(ids), decode(ids), secs, passes, identical_to_greedy=list(ids) == reference,
+            **extra,  # type: ignore[arg-type]
+        )  # fmt: skip
 
-    results: list[MethodResult] = []
-    for method in methods:
-        say(f"Running {method}")
-        if method == PLAIN_FAST:
+    yield Progress("Warming up and running plain greedy for the reference")
+    plain(True, greedy.with_(max_new_tokens=2))  # first-call allocations, lazy kernels
+    reference = plain(True, greedy).generated_ids
+    for i, row in enumerate(rows):
+        yield Progress(f"Running {row} ({i + 1} of {len(rows)})", i / len(rows))
+        if row == ROW_PLAIN_FAST:
             from engine.fastpath import supports
 
             if supports(model) is not None or bundle.is_encoder_decoder:
                 continue
             plain(True, greedy.with_(max_new_tokens=2), fast=True)  # warm-up
-            session, secs = _timed(device, lambda: plain(True, settings, fast=True))
-            ids = session.generated_ids
-            results.append(
-                MethodResult(method, tuple(ids), decode(ids), secs, session.forward_passes)
-            )
-        elif method in (PLAIN, PLAIN_NO_CACHE):
-            session, secs = _timed(device, lambda c=method == PLAIN: plain(c, settings))
-            ids = session.generated_ids
-            results.append(
-                MethodResult(method, tuple(ids), decode(ids), secs, session.forward_passes)
-            )
-        elif method == BEAM:
-            search = BeamSearch(
-                model,
-                prompt_ids,
-                num_beams=num_beams,
-                max_new_tokens=max_new_tokens,
-                eos_token_ids=eos,
-                no_repeat_ngram_size=settings.no_repeat_ngram_size,
-            )
-            result, secs = _timed(device, search.run)
-            ids = result.token_ids
-            name = f"{BEAM} ({num_beams})"
-            results.append(MethodResult(name, tuple(ids), decode(ids), secs, result.forward_passes))
-        elif method in (SPEC_DRAFT, SPEC_NGRAM):
-            if method == SPEC_DRAFT:
+            session, secs = timed(bundle.device, lambda: plain(True, settings, fast=True))
+            yield result(row, session.generated_ids, secs, session.forward_passes)
+        elif row in (ROW_PLAIN, ROW_PLAIN_NO_CACHE):
+            session, secs = timed(bundle.device, lambda c=row == ROW_PLAIN: plain(c, settings))
+            yield result(row, session.generated_ids, secs, session.forward_passes)
+        elif row == ROW_BEAM:
+            beam = BeamSession(
+                model, prompt_ids, settings.with_(max_new_tokens=max_new_tokens),
+                num_beams=num_beams, eos_token_ids=eos, top_n=1,
+            )  # fmt: skip
+            found, secs = timed(bundle.device, beam.run)
+            yield result(f"{ROW_BEAM} ({num_beams})", found.token_ids, secs, found.forward_passes)
+        elif row in (ROW_SPEC_DRAFT, ROW_SPEC_NGRAM):
+            if row == ROW_SPEC_DRAFT:
                 if drafter is None:
                     continue
                 check_same_tokenizer(bundle.tokenizer, drafter.tokenizer)
@@ -122,40 +95,33 @@ def compare_methods(
             else:
                 draft = NGramDrafter()
             spec = SpeculativeSession(
-                model,
-                prompt_ids,
-                draft,
-                settings,
-                eos_token_ids=eos,
-                gamma=gamma,
-                top_n=1,
-                seed=settings.seed,
-                max_context=bundle.context_length,
-                fast=fast,
-            )
-            ids, secs = _timed(device, lambda sp=spec: sp.run(max_new_tokens))
+                model, prompt_ids, draft, settings, eos_token_ids=eos, gamma=gamma, top_n=1,
+                seed=settings.seed, max_context=bundle.context_length, fast=fast,
+            )  # fmt: skip
+            ids, secs = timed(bundle.device, lambda sp=spec: sp.run(max_new_tokens))
             st = spec.stats
-            results.append(
-                MethodResult(
-                    f"{method} (γ={gamma})",
-                    tuple(ids),
-                    decode(ids),
-                    secs,
-                    st.target_passes,
-                    st.acceptance_rate,
-                    st.mean_accepted_length,
-                    note=f"{st.drafter_passes} draft passes" if method == SPEC_DRAFT else "",
-                )
-            )
+            note = f"{st.drafter_passes} draft passes" if row == ROW_SPEC_DRAFT else ""
+            yield result(
+                f"{row} (γ={gamma})", ids, secs, st.target_passes, acceptance=st.acceptance_rate,
+                mean_accepted=st.mean_accepted_length, note=note,
+            )  # fmt: skip
         else:
-            raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
-    return [
-        MethodResult(**{**r.__dict__, "identical_to_greedy": list(r.token_ids) == reference})
-        for r in results
-    ]
+            raise ValueError(f"unknown method {row!r}: choose from {', '.join(COMPARE_ROWS)}")
 
 
-def format_table(results: Sequence[MethodResult], baseline: str = PLAIN) -> str:
+def compare_methods(
+    bundle: ModelBundle,
+    prompt_ids: Sequence[int],
+    settings: SamplerSettings,
+    rows: Sequence[str] = COMPARE_ROWS,
+    **options: Any,
+) -> list[MethodResult]:
+    """``compare_iter``'s results as a list (``options``: its keyword arguments)."""
+    records = compare_iter(bundle, prompt_ids, settings, rows, **options)
+    return [r for r in records if isinstance(r, MethodResult)]
+
+
+def format_table(results: Sequence[MethodResult], baseline: str = ROW_PLAIN) -> str:
     base = next((r for r in results if r.method == baseline), None)
     rows = [
         (

@@ -18,8 +18,8 @@ reordered once into oneDNN's blocked layout (a second copy, cached per model), b
 plain bfloat16 layout is no faster. If the oneDNN op is missing or disagrees with ``x @ w.T``
 on a probe, the path falls back to ``x @ w.T``.
 
-``LlamaFastStepper`` has the interface of ``engine.generate.ModelStepper`` (``logits``,
-``truncate``, ``cached``, ``forward_passes``), so sessions can use either.
+``LlamaFastStepper`` is a ``engine.stepper.Stepper`` (``logits``, ``truncate``, ``cache``,
+``forward_passes``), so sessions can use it or ``ModelStepper`` alike.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from engine.generate import common_prefix
+from engine.kvcache import StaticKV
 
 SUPPORTED = ("llama",)
 
@@ -274,33 +274,13 @@ class LlamaFastStepper:
             self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
         self._forward = _script().forward
         self.forward_passes = 0
-        self._cached_ids: list[int] = []
-        self._k: torch.Tensor | None = None  # [layers, kv_heads, capacity, head_dim]
-        self._v: torch.Tensor | None = None
-
-    @property
-    def cached(self) -> int:
-        return len(self._cached_ids)
-
-    def reset_cache(self) -> None:
-        self._cached_ids = []
+        self.cache = StaticKV(
+            len(self.layers), self.n_kv, self.head_dim, self.dtype, self.device, self.max_len
+        )
 
     def truncate(self, length: int) -> None:
         # The cache is a preallocated buffer: forgetting positions is just moving the end.
-        del self._cached_ids[max(0, length) :]
-
-    def _ensure_capacity(self, needed: int) -> None:
-        have = 0 if self._k is None else self._k.shape[2]
-        if needed <= have:
-            return
-        capacity = min(self.max_len, max(needed, 2 * have, 256))
-        shape = (len(self.layers), self.n_kv, capacity, self.head_dim)
-        k = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        v = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        if self._k is not None and self._v is not None:
-            k[:, :, :have] = self._k
-            v[:, :, :have] = self._v
-        self._k, self._v = k, v
+        self.cache.crop(length)
 
     @torch.inference_mode()
     def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
@@ -309,13 +289,10 @@ class LlamaFastStepper:
             raise ValueError(f"need at least {keep} ids, got {len(ids)}")
         if len(ids) > self.max_len:
             raise ValueError(f"{len(ids)} tokens exceed the model's context of {self.max_len}")
-        start = min(common_prefix(self._cached_ids, ids), len(ids) - keep)
-        self.truncate(start)
+        start = self.cache.reusable(ids, keep)
+        self.cache.crop(start)
         new = list(ids[start:])
-        n = len(new)
-        self._ensure_capacity(start + n)
-        k_all, v_all = self._k, self._v
-        assert k_all is not None and v_all is not None
+        k_all, v_all = self.cache.ensure(start + len(new))
         logits = self._forward(
             torch.tensor(new, device=self.device),
             self.embed,
@@ -335,7 +312,7 @@ class LlamaFastStepper:
             self.onednn,
         )
         self.forward_passes += 1
-        self._cached_ids.extend(new)
+        self.cache.extend(new)
         return logits
 
 

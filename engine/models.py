@@ -43,6 +43,7 @@ class ModelBundle:
     context_length: int | None
     eos_token_ids: tuple[int, ...]
     extra: dict[str, Any] = field(default_factory=dict)
+    source_key: str = ""  # what the user opened it by (a bundled name, a path, a hub id)
 
     @property
     def is_encoder_decoder(self) -> bool:
@@ -237,7 +238,7 @@ def make_bundle(
     dtype: torch.dtype | None = None,
 ) -> ModelBundle:
     """Wrap an already loaded model and tokenizer."""
-    from engine.generate import context_length, model_device
+    from engine.device import context_length, model_device
 
     kind = ENCODER_DECODER if getattr(model.config, "is_encoder_decoder", False) else DECODER_ONLY
     first = next(model.parameters())
@@ -251,6 +252,7 @@ def make_bundle(
         source=source,
         context_length=context_length(model) if kind == DECODER_ONLY else None,
         eos_token_ids=eos_ids_for(model, tokenizer),
+        source_key=source,
     )
 
 

@@ -1,18 +1,15 @@
-"""Logits processors.
+"""The sampler chain: logits processors with the transformers protocol, and the chain built
+from a ``SamplerSettings`` record.
 
-Two families live here:
+Each processor follows ``__call__(input_ids, scores) -> scores`` with ``input_ids: [batch,
+seq]`` and ``scores: [batch, vocab]``. A processor validates its arguments in ``__init__``
+(``ValueError``) and never modifies ``scores`` in place: it returns a new tensor. Removed tokens
+get ``-inf``. Every filter keeps at least one token. ``label`` names the stage as a person reads
+it ("top-p 0.90"); the plots say which stage cut a token.
 
-* The sampler chain the GUI drives. Each processor follows the transformers protocol
-  ``__call__(input_ids, scores) -> scores`` with ``input_ids: [batch, seq]`` and
-  ``scores: [batch, vocab]``. A processor validates its arguments in ``__init__`` (``ValueError``)
-  and never modifies ``scores`` in place: it returns a new tensor. Removed tokens get ``-inf``.
-  Every filter keeps at least one token.
-
-* The seed-compatible processors (``GreedyProcessor``, ``MultinomialProcessor``,
-  ``TopKProcessor``, ``NucleusProcessor``, ``TopKNucleusProcessor``) with the seed's constructor
-  arguments: calling one on logits returns probabilities; ``.sample(probs)`` returns the token
-  id as a ``[batch, 1]`` long tensor (``int()`` works for batch 1). As in the seed, top-k / top-p
-  are applied to the raw logits and the temperature afterwards.
+``build_chain`` adds a stage only when its value is not neutral (as transformers builds its
+list), so no stage needs an "off" branch. It is the one place greedy is decided: temperature 0
+makes the chain greedy, and ``Chain.pick`` then takes the argmax.
 
 Boundary rules (documented because implementations differ):
 
@@ -30,12 +27,13 @@ Boundary rules (documented because implementations differ):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from engine.checks import check_setting, is_number
+from engine.checks import check_setting
+from engine.settings import ORDER_TEMPERATURE_FIRST, ORDER_TEMPERATURE_LAST, SamplerSettings
 
 NEG_INF = float("-inf")
 
@@ -47,6 +45,12 @@ def _check(cond: bool, message: str) -> None:
 
 class LogitsProcessor:
     """Base of the transformers-protocol processors."""
+
+    uses_ids = False  # whether the stage reads input_ids (the chain builds them only if so)
+
+    @property
+    def label(self) -> str:
+        return type(self).__name__
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -62,6 +66,14 @@ class Temperature(LogitsProcessor):
     def __init__(self, temperature: float) -> None:
         check_setting("temperature", temperature)
         self.temperature = float(temperature)
+
+    @property
+    def label(self) -> str:
+        return (
+            "greedy (temperature 0)"
+            if self.temperature == 0
+            else f"temperature {self.temperature:g}"
+        )
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.temperature == 0:
@@ -81,6 +93,10 @@ class TopK(LogitsProcessor):
     def __init__(self, top_k: int) -> None:
         check_setting("top_k", top_k)
         self.top_k = top_k
+
+    @property
+    def label(self) -> str:
+        return f"top-k {self.top_k}"
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         k = min(self.top_k, scores.shape[-1])
@@ -102,6 +118,10 @@ class TopP(LogitsProcessor):
         self.top_p = float(top_p)
         self.min_tokens_to_keep = min_tokens_to_keep
 
+    @property
+    def label(self) -> str:
+        return f"top-p {self.top_p:.2f}"
+
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.top_p >= 1:
             return scores.clone()
@@ -122,6 +142,10 @@ class MinP(LogitsProcessor):
         check_setting("min_p", min_p)
         self.min_p = float(min_p)
 
+    @property
+    def label(self) -> str:
+        return f"min-p {self.min_p:.2f}"
+
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.min_p <= 0:
             return scores.clone()
@@ -138,6 +162,10 @@ class TypicalP(LogitsProcessor):
         check_setting("typical_p", mass)
         self.mass = float(mass)
         self.min_tokens_to_keep = min_tokens_to_keep
+
+    @property
+    def label(self) -> str:
+        return f"typical-p {self.mass:.2f}"
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.mass >= 1:
@@ -164,6 +192,12 @@ class RepetitionPenalty(LogitsProcessor):
         check_setting("repetition_penalty", penalty)
         self.penalty = float(penalty)
 
+    uses_ids = True
+
+    @property
+    def label(self) -> str:
+        return f"repetition penalty {self.penalty:g}"
+
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.penalty == 1 or input_ids.shape[-1] == 0:
             return scores.clone()
@@ -178,6 +212,12 @@ class NoRepeatNGram(LogitsProcessor):
     def __init__(self, n: int) -> None:
         check_setting("no_repeat_ngram_size", n)
         self.n = n
+
+    uses_ids = True
+
+    @property
+    def label(self) -> str:
+        return f"no repeated {self.n}-grams"
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         n = self.n
@@ -204,6 +244,12 @@ class MinNewTokens(LogitsProcessor):
         self.prompt_length = prompt_length
         self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
 
+    uses_ids = True
+
+    @property
+    def label(self) -> str:
+        return f"min new tokens {self.min_new_tokens}"
+
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         generated = input_ids.shape[-1] - self.prompt_length
         if generated >= self.min_new_tokens or not self.eos_token_ids:
@@ -216,106 +262,110 @@ class MinNewTokens(LogitsProcessor):
 
 
 def apply_chain(
-    chain: Sequence[LogitsProcessor], input_ids: torch.Tensor, scores: torch.Tensor
-) -> torch.Tensor:
-    """Run the processors in order. scores: [batch, vocab] -> [batch, vocab].
+    chain: Sequence[LogitsProcessor],
+    input_ids: torch.Tensor,
+    scores: torch.Tensor,
+    track: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run the processors in order. scores: [batch, vocab] -> ([batch, vocab], cut) where
+    ``cut`` ([batch, vocab], with ``track``) holds the index of the stage that removed each
+    token, -1 for the tokens still in.
 
     A stage that would remove every token of a row (no-repeat-ngram once every token has been
     used, say) is skipped for that row, so the distribution is never empty. torch.where keeps
     this free of device synchronisation."""
-    for processor in chain:
+    cut = torch.full_like(scores, -1, dtype=torch.int16) if track else None
+    for i, processor in enumerate(chain):
         new = processor(input_ids, scores)
         emptied = (new == NEG_INF).all(dim=-1, keepdim=True)  # [batch, 1]
-        scores = torch.where(emptied, scores, new)
-    return scores
+        new = torch.where(emptied, scores, new)
+        if cut is not None:
+            removed_here = (new == NEG_INF) & (scores != NEG_INF) & (cut < 0)
+            cut = cut.masked_fill(removed_here, i)
+        scores = new
+    return scores, cut
 
 
 # --------------------------------------------------------------------------------------------
-# Seed-compatible processors (romsto/Speculative-Decoding, utils/logits_processor.py contract)
+# The chain built from settings
 # --------------------------------------------------------------------------------------------
 
+Factory = Callable[[SamplerSettings, int, Sequence[int]], LogitsProcessor]
 
-class SeedLogitsProcessor:
-    """Seed protocol: ``probs = proc(logits)``; ``token = proc.sample(probs)``.
-
-    Filters run on the raw logits and the temperature comes last, as in the seed. Unlike the
-    seed, the logits are never modified in place and sampling uses this processor's own seeded
-    ``torch.Generator`` (pass ``seed=`` for reproducible runs), never the global RNG.
-    """
-
-    greedy = False
-
-    def __init__(self, temperature: float = 1.0, *, seed: int | None = None) -> None:
-        _check(
-            is_number(temperature) and temperature > 0,
-            f"temperature must be > 0, got {temperature!r}",
-        )
-        self.temperature = float(temperature)
-        self.seed = seed
-        self._generator: torch.Generator | None = None
-
-    def filters(self) -> list[LogitsProcessor]:
-        return []
-
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        # logits: [batch, vocab] (or [vocab]) -> probabilities of the same shape
-        scores = logits.float()
-        ids = torch.empty((*scores.shape[:-1], 0), dtype=torch.long, device=scores.device)
-        scores = apply_chain(self.filters(), ids, scores)
-        return F.softmax(scores / self.temperature, dim=-1)
-
-    def generator_for(self, device: torch.device) -> torch.Generator:
-        if self._generator is None or self._generator.device != device:
-            self._generator = torch.Generator(device=device)
-            if self.seed is None:
-                self._generator.seed()
-            else:
-                self._generator.manual_seed(self.seed)
-        return self._generator
-
-    def sample(self, probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        # probs: [batch, vocab] -> [batch, 1]
-        if self.greedy:
-            return probs.argmax(dim=-1, keepdim=True)
-        gen = generator if generator is not None else self.generator_for(probs.device)
-        return torch.multinomial(probs, num_samples=1, generator=gen)
+# Each stage: when its value is neutral, and how to build it (settings, prompt length, EOS ids).
+STAGES: dict[str, tuple[Callable[[SamplerSettings], bool], Factory]] = {
+    "repetition_penalty": (
+        lambda s: s.repetition_penalty == 1.0,
+        lambda s, _n, _e: RepetitionPenalty(s.repetition_penalty),
+    ),
+    "no_repeat_ngram_size": (
+        lambda s: s.no_repeat_ngram_size == 0,
+        lambda s, _n, _e: NoRepeatNGram(s.no_repeat_ngram_size),
+    ),
+    "min_new_tokens": (
+        lambda s: s.min_new_tokens == 0,
+        lambda s, n, eos: MinNewTokens(s.min_new_tokens, n, eos),
+    ),
+    "temperature": (lambda s: s.temperature == 1.0, lambda s, _n, _e: Temperature(s.temperature)),
+    "top_k": (lambda s: s.top_k == 0, lambda s, _n, _e: TopK(s.top_k)),
+    "top_p": (lambda s: s.top_p >= 1.0, lambda s, _n, _e: TopP(s.top_p)),
+    "min_p": (lambda s: s.min_p <= 0.0, lambda s, _n, _e: MinP(s.min_p)),
+    "typical_p": (lambda s: s.typical_p >= 1.0, lambda s, _n, _e: TypicalP(s.typical_p)),
+}
+PENALTIES = ("repetition_penalty", "no_repeat_ngram_size", "min_new_tokens")
+# Penalties always come first; then temperature before the filters (transformers) or after
+# them (the seed, llama.cpp).
+ORDER_OF = {
+    ORDER_TEMPERATURE_FIRST: (*PENALTIES, "temperature", "top_k", "top_p", "min_p", "typical_p"),
+    ORDER_TEMPERATURE_LAST: (*PENALTIES, "top_k", "typical_p", "top_p", "min_p", "temperature"),
+}
 
 
-class GreedyProcessor(SeedLogitsProcessor):
-    """Always the most probable token."""
+class Chain:
+    """The stages a run's scores go through, and how a token is then picked."""
 
-    greedy = True
+    def __init__(self, stages: Sequence[LogitsProcessor], greedy: bool) -> None:
+        self.stages = list(stages)
+        self.greedy = greedy
+        self.uses_ids = any(stage.uses_ids for stage in self.stages)
+        self.labels = tuple(stage.label for stage in self.stages)
 
+    def probs(
+        self, input_ids: torch.Tensor | None, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """input_ids: [batch, seq] (None when no stage reads them); logits: [batch, vocab] ->
+        probabilities [batch, vocab] and the stage that cut each token ([batch, vocab])."""
+        ids = input_ids if input_ids is not None else _NO_IDS.to(logits.device)
+        scores, cut = apply_chain(self.stages, ids, logits, track=True)
+        return F.softmax(scores, dim=-1), cut
 
-class MultinomialProcessor(SeedLogitsProcessor):
-    """Sample from the full distribution at the given temperature."""
-
-
-class TopKProcessor(SeedLogitsProcessor):
-    def __init__(self, temperature: float, top_k: int, *, seed: int | None = None) -> None:
-        super().__init__(temperature, seed=seed)
-        self.top_k = TopK(top_k)
-
-    def filters(self) -> list[LogitsProcessor]:
-        return [self.top_k]
-
-
-class NucleusProcessor(SeedLogitsProcessor):
-    def __init__(self, temperature: float, top_p: float, *, seed: int | None = None) -> None:
-        super().__init__(temperature, seed=seed)
-        self.top_p = TopP(top_p)
-
-    def filters(self) -> list[LogitsProcessor]:
-        return [self.top_p]
+    def pick(self, probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """probs: [vocab] -> token: [1]."""
+        return pick(probs, self.greedy, generator)
 
 
-class TopKNucleusProcessor(SeedLogitsProcessor):
-    def __init__(
-        self, temperature: float, top_k: int, top_p: float, *, seed: int | None = None
-    ) -> None:
-        super().__init__(temperature, seed=seed)
-        self.top_k = TopK(top_k)
-        self.top_p = TopP(top_p)
+_NO_IDS = torch.empty((1, 0), dtype=torch.long)
 
-    def filters(self) -> list[LogitsProcessor]:
-        return [self.top_k, self.top_p]
+
+def pick(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> torch.Tensor:
+    """probs: [vocab] -> token: [1]; the argmax when greedy, else a draw."""
+    if greedy:
+        return probs.argmax().reshape(1)
+    return torch.multinomial(probs, 1, generator=generator)
+
+
+def build_chain(
+    settings: SamplerSettings,
+    prompt_length: int = 0,
+    eos_token_ids: Sequence[int] = (),
+    only: Sequence[str] | None = None,
+) -> Chain:
+    """The stages of ``settings`` in its order, neutral ones left out; greedy at temperature 0.
+    ``only`` keeps just the named stages (beam search takes the penalties)."""
+    stages = [
+        make(settings, prompt_length, eos_token_ids)
+        for name in ORDER_OF[settings.order]
+        for neutral, make in (STAGES[name],)
+        if not neutral(settings) and (only is None or name in only)
+    ]
+    return Chain(stages, greedy=settings.temperature == 0)

@@ -1,8 +1,24 @@
-"""Plain, frozen records that leave the engine. No tensors, no Qt: safe to send anywhere."""
+"""Plain, frozen records that leave the engine. No tensors, no Qt: safe to send anywhere.
+
+A run is a stream of these: ``RunStarted``, then ``Step`` records (one per token), with
+``Rewind`` where earlier steps are replaced (a branch, an undo, a new best beam), ``BeamEvent``
+and ``SpeculativeReport`` where the method has more to show, ``Progress`` while something long
+runs, and a ``RunSummary`` at the end.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+# The ways a run picks its tokens: one set of names for the engine, the window, the lessons.
+SAMPLING, BEAM, SPEC_NGRAM, SPEC_DRAFT = "sampling", "beam", "spec_ngram", "spec_draft"
+RUN_METHODS = {
+    SAMPLING: "Sampling, token by token",
+    BEAM: "Beam search",
+    SPEC_NGRAM: "Speculative: n-gram drafts",
+    SPEC_DRAFT: "Speculative: draft model",
+}
 
 
 @dataclass(frozen=True)
@@ -13,6 +29,7 @@ class Candidate:
     text: str
     raw_prob: float  # softmax of the model's logits, temperature 1, no filters
     prob: float  # after the whole sampler chain; 0.0 when a filter cut the token
+    cut_by: str = ""  # the stage that removed the token ("top-p 0.90"), "" when kept
 
 
 @dataclass(frozen=True)
@@ -34,7 +51,63 @@ class Step:
     tokens_per_s: float  # running rate since the start of the run
     forced: bool = False  # chosen by the user, not sampled
     is_eos: bool = False
-    source: str = "sample"  # "sample", "greedy", "forced"
+    source: str = "sample"  # "sample", "greedy", "forced", "draft", "target", "beam"
+
+
+# Memory bound for long runs: the newest KEEP_FULL steps keep every candidate, older ones their
+# top LIGHT_CANDIDATES (enough for the hover text). Sessions and the window's store both use it.
+KEEP_FULL = 2000
+LIGHT_CANDIDATES = 5
+
+
+def lighten(step: Step) -> Step:
+    """The same record with its top few candidates only."""
+    if len(step.candidates) <= LIGHT_CANDIDATES:
+        return step
+    return replace(step, candidates=step.candidates[:LIGHT_CANDIDATES])
+
+
+def lighten_old(steps: list[Step], added: int, keep_full: int | None = KEEP_FULL) -> None:
+    """After ``added`` steps were appended to ``steps``, lighten the ones that just fell out of
+    the newest ``keep_full`` (in place; None keeps everything)."""
+    if keep_full is None:
+        return
+    end = len(steps) - keep_full
+    for i in range(max(0, end - added), max(0, end)):
+        steps[i] = lighten(steps[i])
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """A new run begins: whoever shows runs starts afresh."""
+
+    method: str
+    prompt: str
+    prompt_tokens: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """The steps from ``keep`` on are replaced by the ones that follow."""
+
+    keep: int
+
+
+@dataclass(frozen=True)
+class ChoiceHistory:
+    """Whether the run has a token choice to undo or redo."""
+
+    can_undo: bool
+    can_redo: bool
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Something long is under way (loading, a long prompt); ``fraction`` when known."""
+
+    text: str
+    fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +118,27 @@ class RunSummary:
     stop_reason: str  # "eos", "max_new_tokens", "context", "stopped"
     text: str = ""
     token_ids: tuple[int, ...] = field(default_factory=tuple)
+
+    @property
+    def finished(self) -> bool:
+        """The run cannot simply continue: it ended its answer or filled the context."""
+        return self.stop_reason in ("eos", "context")
+
+
+@dataclass(frozen=True)
+class SpeculativeReport:
+    """A speculative run's statistics so far."""
+
+    gamma: int
+    drafted: int
+    accepted: int
+    rounds: int
+    target_passes: int
+    generated: int
+    acceptance_rate: float
+    mean_accepted_length: float
+    target_passes_per_token: float
+    acceptance_by_position: tuple[float, ...]
 
 
 # Beam search: the tree the GUI draws and the result.
@@ -100,15 +194,17 @@ class BeamResult:
         return len(self.best.token_ids) / self.seconds if self.seconds > 0 else 0.0
 
 
-# Comparing methods: their names and one result row each.
+# Comparing methods: the rows of the comparison table, and one result per row.
 
-PLAIN_NO_CACHE = "plain, no cache"
-PLAIN = "plain, KV cache"
-PLAIN_FAST = "plain, fast path"
-BEAM = "beam search"
-SPEC_DRAFT = "speculative, draft model"
-SPEC_NGRAM = "speculative, n-gram"
-METHODS = (PLAIN_NO_CACHE, PLAIN, PLAIN_FAST, BEAM, SPEC_DRAFT, SPEC_NGRAM)
+ROW_PLAIN_NO_CACHE = "plain, no cache"
+ROW_PLAIN = "plain, KV cache"
+ROW_PLAIN_FAST = "plain, fast path"
+ROW_BEAM = "beam search"
+ROW_SPEC_DRAFT = "speculative, draft model"
+ROW_SPEC_NGRAM = "speculative, n-gram"
+COMPARE_ROWS = (
+    ROW_PLAIN_NO_CACHE, ROW_PLAIN, ROW_PLAIN_FAST, ROW_BEAM, ROW_SPEC_DRAFT, ROW_SPEC_NGRAM
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

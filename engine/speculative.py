@@ -21,68 +21,26 @@ of which ids it has cached and crops to the common prefix).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from engine.errors import DrafterMismatchError, NonFiniteLogitsError
-from engine.generate import (
-    ModelStepper,
-    StepRecorder,
-    context_length,
-    decode_start,
-    make_stepper,
-    summarise,
-)
-from engine.processors import GreedyProcessor, SeedLogitsProcessor, apply_chain
-from engine.records import Step
-from engine.settings import SamplerSettings
-
-# --------------------------------------------------------------------------------------------
-# Samplers: one interface over SamplerSettings chains and the seed's processors
-# --------------------------------------------------------------------------------------------
+from engine.errors import DrafterMismatchError
+from engine.measure import measure
+from engine.processors import pick
+from engine.records import KEEP_FULL, SPEC_DRAFT, SPEC_NGRAM, SpeculativeReport
+from engine.session import Record, Sampler, SessionBase
+from engine.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.stepper import make_stepper
 
 
-class Sampler(Protocol):
-    greedy: bool
-
-    def probs(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor: ...
-
-
-class ChainSampler:
-    """Probabilities from a ``SamplerSettings`` chain. logits: [vocab] -> probs: [vocab]."""
-
-    def __init__(
-        self, settings: SamplerSettings, prompt_length: int, eos_token_ids: Sequence[int]
-    ) -> None:
-        self.settings = settings
-        self.greedy = settings.greedy
-        self.chain = settings.build_chain(prompt_length, eos_token_ids)
-
-    def probs(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
-        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=logits.device)
-        return F.softmax(apply_chain(self.chain, input_ids, logits[None]), dim=-1)[0]
-
-
-class SeedSampler:
-    """Probabilities from a seed processor (``GreedyProcessor`` and friends)."""
-
-    def __init__(self, processor: SeedLogitsProcessor) -> None:
-        self.processor = processor
-        self.greedy = bool(getattr(processor, "greedy", False))
-
-    def probs(self, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
-        return self.processor(logits[None])[0]
-
-
-def draw(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> torch.Tensor:
-    """probs: [vocab] -> token: [1]."""
-    if greedy:
-        return probs.argmax().reshape(1)
-    return torch.multinomial(probs, 1, generator=generator)
+def sampler_probs(sampler: Sampler, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+    """The sampler's distribution after ``ids``; logits: [vocab] -> probs: [vocab]."""
+    device = logits.device
+    input_ids = torch.tensor([list(ids)], device=device) if sampler.uses_ids else None
+    return sampler.probs(input_ids, logits[None])[0][0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,9 +58,10 @@ class ModelDrafter:
         model: torch.nn.Module,
         encoder_input_ids: Sequence[int] | None = None,
         use_cache: bool = True,
+        fast: bool = False,
     ) -> None:
         self.model = model
-        self.stepper = ModelStepper(model, encoder_input_ids, use_cache=use_cache)
+        self.stepper = make_stepper(model, encoder_input_ids, use_cache, fast)
 
     @property
     def forward_passes(self) -> int:
@@ -117,8 +76,8 @@ class ModelDrafter:
         seq = list(ids)
         for _ in range(k):
             logits = self.stepper.logits(seq)[0]  # [vocab]
-            q = sampler.probs(seq, logits)
-            token = int(draw(q, sampler.greedy, generator))
+            q = sampler_probs(sampler, seq, logits)
+            token = int(sampler.pick(q, generator))
             qs.append(q)
             drafts.append(token)
             seq.append(token)
@@ -210,6 +169,20 @@ class SpeculativeStats:
     def tokens_per_s(self) -> float:
         return self.generated / self.seconds if self.seconds > 0 else 0.0
 
+    def report(self) -> SpeculativeReport:
+        return SpeculativeReport(
+            gamma=self.gamma,
+            drafted=self.drafted,
+            accepted=self.accepted,
+            rounds=self.rounds,
+            target_passes=self.target_passes,
+            generated=self.generated,
+            acceptance_rate=self.acceptance_rate,
+            mean_accepted_length=self.mean_accepted_length,
+            target_passes_per_token=self.target_passes_per_token,
+            acceptance_by_position=tuple(self.acceptance_by_position),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(
@@ -227,19 +200,20 @@ class SpeculativeStats:
 # --------------------------------------------------------------------------------------------
 
 
-class SpeculativeSession:
-    """Speculative generation that yields the same ``Step`` records as plain generation;
-    accepted draft tokens have source "draft", tokens chosen by the target "target"."""
+class SpeculativeSession(SessionBase):
+    """Speculative generation that yields the same ``Step`` records as plain generation, and a
+    ``SpeculativeReport`` after each round; accepted draft tokens have source "draft", tokens
+    chosen by the target "target"."""
 
     def __init__(
         self,
         target: torch.nn.Module,
         prompt_ids: Sequence[int],
         drafter: ModelDrafter | NGramDrafter,
-        sampler: Sampler | SamplerSettings,
+        sampler: Sampler | SamplerSettings = DEFAULT_SETTINGS,
         *,
         tokenizer: Any | None = None,
-        eos_token_ids: int | Sequence[int] | None = None,
+        eos_token_ids: int | Iterable[int] | None = None,
         gamma: int = 5,
         top_n: int = 20,
         seed: int = 0,
@@ -248,60 +222,38 @@ class SpeculativeSession:
         skip_sample_adjustment: bool = False,
         max_context: int | None = None,
         fast: bool = False,
+        keep_candidates: int | None = KEEP_FULL,
     ) -> None:
         if gamma < 1:
             raise ValueError("gamma must be >= 1")
-        start = decode_start(target, prompt_ids, eos_token_ids, max_context)
+        super().__init__(
+            target, prompt_ids, sampler, tokenizer=tokenizer, eos_token_ids=eos_token_ids,
+            top_n=top_n, max_context=max_context, keep_candidates=keep_candidates,
+        )  # fmt: skip
+        self.method = SPEC_DRAFT if drafter.kind == "model" else SPEC_NGRAM
         self.target = target
         self.drafter = drafter
         self.gamma = gamma
-        self.top_n = top_n
-        self.is_encoder_decoder = start.is_encoder_decoder
-        self.eos_token_ids = start.eos_token_ids
-        self.ids = start.ids
-        self.max_context = start.max_context
-        self.prompt_length = len(self.ids)
-        if isinstance(sampler, SamplerSettings):
-            sampler = ChainSampler(sampler, self.prompt_length, self.eos_token_ids)
-        self.sampler = sampler
-        self.stepper = make_stepper(
-            target, start.encoder_ids or None, use_cache, fast, self.max_context
-        )
+        self.stepper = self._make_stepper(use_cache, fast)
         self.device = self.stepper.device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.recorder = StepRecorder(tokenizer, top_n)
-        self.history: list[Step] = []
         self.stats = SpeculativeStats(gamma=gamma, drafter=drafter.kind)
-        self.finished = False
-        self.stop_reason: str | None = None
         self._first_target = first_target
         self._skip_adjustment = skip_sample_adjustment
-
-    @property
-    def generated_ids(self) -> list[int]:
-        return self.ids[self.prompt_length :]
-
-    @property
-    def text(self) -> str:
-        return "".join(s.text for s in self.history)
-
-    def stream(self, max_new_tokens: int) -> Iterator[Step]:
-        produced = 0
-        self.stop_reason = None
-        while not self.finished and produced < max_new_tokens:
-            for step in self._round(max_new_tokens - produced):
-                produced += 1
-                yield step
-        if self.stop_reason is None:
-            self.stop_reason = "max_new_tokens" if produced >= max_new_tokens else "stopped"
 
     def run(self, max_new_tokens: int) -> list[int]:
         for _ in self.stream(max_new_tokens):
             pass
         return self.generated_ids
 
+    def _truncate_cache(self, length: int) -> None:
+        self.stepper.truncate(length)
+
+    def _advance(self, room: int) -> list[Record]:
+        return self._round(room)
+
     @torch.inference_mode()
-    def _round(self, limit: int) -> list[Step]:
+    def _round(self, limit: int) -> list[Record]:
         start = time.perf_counter()
         room = limit - 1  # the round always adds one token of the target's own
         if self.max_context is not None:
@@ -314,85 +266,89 @@ class SpeculativeSession:
         )
         g = len(drafts)
         full = self.ids + drafts
-        logits = self.stepper.logits(
-            full, keep=g + 1
-        )  # [g + 1, vocab]; row i predicts full[len(ids) + i]
-        base = len(self.ids)
-        p = [self.sampler.probs(full[: base + i], logits[i]) for i in range(g + 1)]
+        logits = self.stepper.logits(full, keep=g + 1)  # [g + 1, vocab]; row i predicts
+        finite = torch.isfinite(logits).all(dim=-1)  # full[len(ids) + i]
+        logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
+        p, cut = self._target_probs(full, len(self.ids), logits)  # [g + 1, vocab]
         self.stats.target_passes += 1
         self.stats.drafter_passes += self.drafter.forward_passes - passes_before
+        accepted, hit_eos = self._accept(drafts, p, q)
 
+        tokens = drafts[:accepted]
+        sources = ["draft"] * accepted
+        if not hit_eos:
+            rejected = drafts[accepted] if accepted < g else None
+            q_at = q[accepted] if (q is not None and accepted < g) else None
+            tokens.append(int(self._next_token(p[accepted], q_at, rejected)))
+            sources.append("target")
+        n = len(tokens)
+        chosen = torch.tensor(tokens, device=self.device)
+        measured = measure(logits[:n], p[:n], chosen, self.top_n, cut[:n], finite[:n])
+        elapsed = time.perf_counter() - start  # after the copy, which waits for the device
+        steps: list[Record] = []
+        for m, source in zip(measured, sources, strict=True):
+            step = self._append(m, elapsed / n, source)
+            steps.append(step)
+            if step.is_eos:
+                break
+        self.stats.generated += len(steps)
+        self.stats.seconds += elapsed
+        return [*steps, self.stats.report()]
+
+    def _target_probs(
+        self, full: list[int], base: int, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chain on each verified position: row i sees the ids before full[base + i]."""
+        if not self.sampler.uses_ids:
+            probs, cut = self.sampler.probs(None, logits)
+        else:
+            rows = [
+                self.sampler.probs(torch.tensor([full[: base + i]], device=self.device), row[None])
+                for i, row in enumerate(logits)
+            ]
+            probs = torch.cat([r[0] for r in rows])
+            cut = torch.cat([r[1] for r in rows]) if rows[0][1] is not None else None
+        if cut is None:
+            cut = torch.full_like(probs, -1, dtype=torch.int16)
+        return probs, cut
+
+    def _accept(
+        self, drafts: list[int], p: torch.Tensor, q: torch.Tensor | None
+    ) -> tuple[int, bool]:
+        """How many drafts the target accepts, and whether an accepted one ended the text."""
         accepted = 0
         hit_eos = False
-        for i in range(g):
-            x = drafts[i]
+        for i, x in enumerate(drafts):
             if self.sampler.greedy:
                 ok = bool(p[i].argmax() == x)
             else:
                 qx = q[i, x] if q is not None else 1.0
                 # accept with probability min(1, p(x) / q(x)); u < p/q  <=>  u * q < p
-                ok = bool(
-                    torch.rand(1, generator=self.generator, device=self.device)[0] * qx < p[i][x]
-                )
+                u = torch.rand(1, generator=self.generator, device=self.device)[0]
+                ok = bool(u * qx < p[i][x])
             if not ok:
                 break
             accepted += 1
             if x in self.eos_token_ids:
                 hit_eos = True
                 break
-        if g:
-            self.stats.rounds += 1
-            self.stats.drafted += g
-            self.stats.accepted += accepted
-            for i in range(g):
-                self.stats.drafted_by_position[i] += 1
-                self.stats.accepted_by_position[i] += i < accepted
-
-        tokens = [torch.tensor([x], device=self.device) for x in drafts[:accepted]]
-        sources = ["draft"] * accepted
-        if not hit_eos:
-            tokens.append(
-                self._next_token(
-                    p[accepted],
-                    q[accepted] if (q is not None and accepted < g) else None,
-                    drafts[accepted] if accepted < g else None,
-                )
-            )
-            sources.append("target")
-        values = [summarise(logits[i], p[i], tok, self.top_n) for i, tok in enumerate(tokens)]
-        elapsed = time.perf_counter() - start  # after the copies, which wait for the device
-        for i, vals in enumerate(values):
-            if vals[-1] != 1.0:
-                raise NonFiniteLogitsError(len(self.history) + i)
-        self.stats.seconds += elapsed
-        per_token = elapsed / len(values)
-        steps = []
-        for vals, source in zip(values, sources, strict=True):
-            self.stats.generated += 1
-            step = self.recorder.record(
-                len(self.history),
-                vals,
-                per_token,
-                self.stats.tokens_per_s,
-                self.eos_token_ids,
-                source=source,
-            )
-            self.ids.append(step.token_id)
-            self.history.append(step)
-            steps.append(step)
-            if step.is_eos:
-                self.finished, self.stop_reason = True, "eos"
-                break
-        if not self.finished and self.max_context is not None and len(self.ids) >= self.max_context:
-            self.finished, self.stop_reason = True, "context"
-        return steps
+        if drafts:
+            st = self.stats
+            st.rounds += 1
+            st.drafted += len(drafts)
+            st.accepted += accepted
+            for i in range(len(drafts)):
+                st.drafted_by_position[i] += 1
+                st.accepted_by_position[i] += i < accepted
+        return accepted, hit_eos
 
     def _next_token(
         self, p: torch.Tensor, q: torch.Tensor | None, rejected: int | None
     ) -> torch.Tensor:
-        """The target's token after ``accepted`` drafts. p: [vocab]."""
-        if self.sampler.greedy or rejected is None or self._skip_adjustment:
-            return draw(p, self.sampler.greedy, self.generator)
+        """The target's token after the accepted drafts. p: [vocab]."""
+        greedy = self.sampler.greedy
+        if greedy or rejected is None or self._skip_adjustment:
+            return pick(p, greedy, self.generator)
         # At a rejection, sample from normalize(max(0, p - q)); for a point-mass proposal
         # (n-gram) that is p with the rejected token removed.
         if q is None:
@@ -402,13 +358,8 @@ class SpeculativeSession:
             residual = (p - q).clamp_min(0)
         total = residual.sum()
         if total <= 0:  # p == q exactly: any draw from p is exact
-            return draw(p, False, self.generator)
-        return draw(residual / total, False, self.generator)
-
-
-# --------------------------------------------------------------------------------------------
-# Checks and seed-compatible functions
-# --------------------------------------------------------------------------------------------
+            return pick(p, False, self.generator)
+        return pick(residual / total, False, self.generator)
 
 
 def check_same_tokenizer(target_tokenizer: Any, draft_tokenizer: Any) -> None:
@@ -423,7 +374,7 @@ def check_same_tokenizer(target_tokenizer: Any, draft_tokenizer: Any) -> None:
         )
 
 
-def _check_vocab(drafter: torch.nn.Module, target: torch.nn.Module) -> None:
+def check_same_vocab(drafter: torch.nn.Module, target: torch.nn.Module) -> None:
     dv = drafter.get_output_embeddings().weight.shape[0]
     tv = target.get_output_embeddings().weight.shape[0]
     if dv != tv:
@@ -431,153 +382,3 @@ def _check_vocab(drafter: torch.nn.Module, target: torch.nn.Module) -> None:
             f"The draft model's vocabulary ({dv} tokens) differs from the target's ({tv}): "
             "they must share a tokenizer."
         )
-
-
-def _debug_round(session: SpeculativeSession, before: int, tokenizer: Any | None) -> None:
-    new = session.history[before:]
-    show = (lambda t: repr(tokenizer.decode([t]))) if tokenizer is not None else str
-    parts = [f"{show(s.token_id)}{'*' if s.source == 'draft' else ''}" for s in new]
-    print(f"round {session.stats.rounds}: {' '.join(parts)}  (* = accepted draft)")
-
-
-def _seed_run(
-    session: SpeculativeSession, max_gen_len: int, debug: bool, tokenizer: Any | None
-) -> None:
-    produced = 0
-    while not session.finished and produced < max_gen_len:
-        before = len(session.history)
-        produced += len(session._round(max_gen_len - produced))
-        if debug:
-            _debug_round(session, before, tokenizer)
-
-
-def _seed_session(
-    target: torch.nn.Module,
-    inputs: list[int],
-    drafter: ModelDrafter | NGramDrafter,
-    logits_processor: SeedLogitsProcessor,
-    eos_tokens_id: int | list[int],
-    gamma: int,
-    use_cache: bool,
-    first_target: bool,
-    skip_sample_adjustment: bool = False,
-) -> SpeculativeSession:
-    return SpeculativeSession(
-        target,
-        inputs,
-        drafter,
-        SeedSampler(logits_processor),
-        eos_token_ids=eos_tokens_id,
-        gamma=gamma,
-        use_cache=use_cache,
-        first_target=first_target,
-        skip_sample_adjustment=skip_sample_adjustment,
-        seed=getattr(logits_processor, "seed", None) or 0,
-    )
-
-
-def _seed_steps(target: torch.nn.Module, inputs: list[int], max_gen_len: int) -> int:
-    if getattr(target.config, "is_encoder_decoder", False):
-        return max_gen_len  # the prompt is the encoder's input, not decoder context
-    limit = context_length(target)
-    return max_gen_len if limit is None else max(0, min(max_gen_len, limit - len(inputs)))
-
-
-def speculative_generate(
-    inputs: list[int],
-    drafter: torch.nn.Module,
-    target: torch.nn.Module,
-    tokenizer: Any = None,
-    gamma: int = 5,
-    logits_processor: SeedLogitsProcessor = GreedyProcessor(),  # noqa: B008 - stateless, as in the seed
-    max_gen_len: int = 40,
-    eos_tokens_id: int | list[int] = 1,
-    pad_token_id: int = 0,
-    use_cache: bool = False,
-    skip_sample_adjustment: bool = False,
-    first_target: bool = True,
-    debug: bool = False,
-) -> tuple[list[int], float]:
-    """Seed-compatible speculative decoding for decoder-only models.
-    Returns (generated ids, acceptance rate = accepted drafts / drafted tokens)."""
-    _check_vocab(drafter, target)
-    session = _seed_session(
-        target, inputs, ModelDrafter(drafter, use_cache=use_cache), logits_processor,
-        eos_tokens_id, gamma, use_cache, first_target, skip_sample_adjustment,
-    )  # fmt: skip
-    _seed_run(session, _seed_steps(target, inputs, max_gen_len), debug, tokenizer)
-    return session.generated_ids, session.stats.acceptance_rate
-
-
-def speculative_generate_encoder_decoder(
-    inputs: list[int],
-    drafter: torch.nn.Module,
-    target: torch.nn.Module,
-    tokenizer: Any = None,
-    gamma: int = 5,
-    logits_processor: SeedLogitsProcessor = GreedyProcessor(),  # noqa: B008 - stateless, as in the seed
-    max_gen_len: int = 40,
-    eos_tokens_id: int | list[int] = 1,
-    pad_token_id: int = 0,
-    use_cache: bool = False,
-    skip_sample_adjustment: bool = False,
-    first_target: bool = True,
-    debug: bool = False,
-) -> tuple[list[int], float]:
-    """Encoder-decoder twin: each model's encoder runs once; returns (decoder ids starting with
-    the decoder start id, acceptance rate)."""
-    _check_vocab(drafter, target)
-    if drafter.config.decoder_start_token_id != target.config.decoder_start_token_id:
-        raise DrafterMismatchError(
-            "The draft and target models start decoding from different tokens."
-        )
-    session = _seed_session(
-        target, inputs, ModelDrafter(drafter, inputs, use_cache=use_cache), logits_processor,
-        eos_tokens_id, gamma, use_cache, first_target, skip_sample_adjustment,
-    )  # fmt: skip
-    _seed_run(session, max_gen_len, debug, tokenizer)
-    return session.ids, session.stats.acceptance_rate
-
-
-def ngram_assisted_speculative_generate(
-    inputs: list[int],
-    ngram: NGramDrafter | None,
-    target: torch.nn.Module,
-    tokenizer: Any = None,
-    gamma: int = 5,
-    filler_top_k: int = 3,
-    logits_processor: SeedLogitsProcessor = GreedyProcessor(),  # noqa: B008 - stateless, as in the seed
-    max_gen_len: int = 40,
-    eos_tokens_id: int | list[int] = 1,
-    pad_token_id: int = 0,
-    use_cache: bool = False,
-    first_target: bool = True,
-    stop_if_unknown: bool = False,
-    debug: bool = False,
-) -> tuple[list[int], float]:
-    """Seed-compatible n-gram speculative decoding (NASD). ``ngram`` may be None (a default
-    prompt-lookup drafter). Unlike the seed's DynaGram, our drafter only looks up the text
-    itself, so ``filler_top_k`` has no effect; without a match the round drafts nothing, as
-    with the seed's ``stop_if_unknown``."""
-    drafter = ngram if ngram is not None else NGramDrafter()
-    enc = bool(getattr(target.config, "is_encoder_decoder", False))
-    session = _seed_session(
-        target, inputs, drafter, logits_processor, eos_tokens_id, gamma, use_cache, first_target
-    )
-    _seed_run(session, _seed_steps(target, inputs, max_gen_len), debug, tokenizer)
-    return (session.ids if enc else session.generated_ids), session.stats.acceptance_rate
-
-
-__all__ = [
-    "ChainSampler",
-    "DrafterMismatchError",
-    "ModelDrafter",
-    "NGramDrafter",
-    "SeedSampler",
-    "SpeculativeSession",
-    "SpeculativeStats",
-    "check_same_tokenizer",
-    "ngram_assisted_speculative_generate",
-    "speculative_generate",
-    "speculative_generate_encoder_decoder",
-]

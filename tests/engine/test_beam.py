@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from engine.beam import FINISHED, PRUNED, RUNNING, BeamSearch, beam_search
+from engine.beam import FINISHED, PRUNED, RUNNING, BeamSession, beam_search
+from engine.records import BeamEvent, Rewind, Step
+from engine.settings import SamplerSettings
 from tiny_models import FACTORIES
 
 PROMPT = [5, 17, 33, 90, 41, 7]
@@ -60,8 +62,10 @@ def test_options_equal_transformers(name, kw):
 def test_hypothesis_scores_and_tree_records():
     model = FACTORIES["llama"]()
     eos = eos_candidates(model)
-    search = BeamSearch(model, PROMPT, num_beams=3, max_new_tokens=12, eos_token_ids=eos)
-    events = list(search.events())
+    search = BeamSession(
+        model, PROMPT, SamplerSettings(max_new_tokens=12), num_beams=3, eos_token_ids=eos
+    )
+    events = [r for r in search.stream() if isinstance(r, BeamEvent)]
     result = search.result
     scores = [h.score for h in result.hypotheses]
     assert scores == sorted(scores, reverse=True) and len(result.hypotheses) == 3
@@ -112,3 +116,39 @@ def test_one_beam_is_greedy():
         beam_search(model, PROMPT, num_beams=1, max_new_tokens=10, eos_token_ids=[]).token_ids
         == ref[0, 6:].tolist()
     )
+
+
+@pytest.mark.parametrize("name", ["llama", "t5"])
+def test_best_beam_streams_as_steps_and_ends_on_the_best_hypothesis(name):
+    """The output shows the best running beam at every step (replaced with a Rewind when
+    another beam takes the lead), and at the end exactly the best hypothesis."""
+    model = FACTORIES[name]()
+    eos = eos_candidates(model)
+    session = BeamSession(
+        model, PROMPT, SamplerSettings(max_new_tokens=12), num_beams=3, eos_token_ids=eos,
+        top_n=5,
+    )  # fmt: skip
+    shown: list[int] = []
+    events = 0
+    best_running = None
+
+    def path_to(node_id):
+        return [session.nodes[i].token_id for i in _ancestors(session.nodes, node_id)][::-1]
+
+    for record in session.stream():
+        if isinstance(record, Rewind):
+            del shown[record.keep :]
+        elif isinstance(record, Step):
+            assert record.index == len(shown) and record.source == "beam"
+            assert len(record.candidates) == 5 and 0 < record.raw_prob <= 1
+            assert record.candidates[0].raw_prob >= record.candidates[-1].raw_prob
+            shown.append(record.token_id)
+        elif isinstance(record, BeamEvent):
+            if best_running is not None:  # the last step's records showed its best beam
+                assert shown == path_to(best_running)
+            events += 1
+            best_running = record.running[0] if record.running else None
+    assert shown == list(session.result.best.token_ids) == session.generated_ids
+    assert shown == hf_beam(model, 3, 12, eos)
+    assert events == session.result.steps
+    assert session.summary().tokens == events and session.stop_reason in ("eos", "max_new_tokens")

@@ -2,14 +2,14 @@ import pytest
 from transformers import ByT5Tokenizer
 
 from engine import SamplerSettings
-from engine.compare import (
-    BEAM,
-    METHODS,
-    PLAIN,
-    PLAIN_NO_CACHE,
-    SPEC_NGRAM,
-    compare_methods,
-    format_table,
+from engine.compare import compare_methods, format_table
+from engine.records import (
+    COMPARE_ROWS,
+    ROW_BEAM,
+    ROW_PLAIN,
+    ROW_PLAIN_NO_CACHE,
+    ROW_SPEC_DRAFT,
+    ROW_SPEC_NGRAM,
 )
 from engine.models import make_bundle
 from engine.speculative import DrafterMismatchError
@@ -24,21 +24,21 @@ def test_compare_all_methods_on_a_tiny_model():
         bundle,
         ids,
         SamplerSettings(temperature=0),
-        METHODS,
+        COMPARE_ROWS,
         max_new_tokens=20,
         num_beams=3,
         gamma=3,
         drafter=drafter,
     )
     by = {r.method.split(" (")[0]: r for r in results}
-    assert set(by) == set(METHODS)
-    for name in (PLAIN, PLAIN_NO_CACHE, "speculative, draft model", SPEC_NGRAM):
+    assert set(by) == set(COMPARE_ROWS)
+    for name in (ROW_PLAIN, ROW_PLAIN_NO_CACHE, ROW_SPEC_DRAFT, ROW_SPEC_NGRAM):
         assert by[name].identical_to_greedy and by[name].tokens == 20
-    assert by[PLAIN].forward_passes == 20 == by[PLAIN_NO_CACHE].forward_passes
-    assert by["speculative, draft model"].acceptance is not None
-    assert by[BEAM].acceptance is None
+    assert by[ROW_PLAIN].forward_passes == 20 == by[ROW_PLAIN_NO_CACHE].forward_passes
+    assert by[ROW_SPEC_DRAFT].acceptance is not None
+    assert by[ROW_BEAM].acceptance is None
     table = format_table(results)
-    assert "tokens/s" in table and len(table.splitlines()) == 2 + len(METHODS)
+    assert "tokens/s" in table and len(table.splitlines()) == 2 + len(COMPARE_ROWS)
 
 
 def test_compare_refuses_a_mismatched_draft_model():
@@ -55,7 +55,7 @@ def test_compare_refuses_a_mismatched_draft_model():
             bundle,
             [5, 6, 7],
             SamplerSettings(temperature=0),
-            ["speculative, draft model"],
+            [ROW_SPEC_DRAFT],
             max_new_tokens=4,
             drafter=drafter,
         )

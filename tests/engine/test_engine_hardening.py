@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import GenerationSession, NonFiniteLogitsError, SamplerSettings
-from engine.processors import apply_chain
+from engine.processors import build_chain
 from engine.settings import ORDERS
 from engine.speculative import NGramDrafter, SpeculativeSession
 from tiny_models import tiny_llama
@@ -92,7 +92,7 @@ def test_every_reachable_setting_gives_a_proper_distribution(s, row, history):
     logits = torch.tensor([row], dtype=torch.float32)
     ids = torch.tensor([[i % len(row) for i in history]], dtype=torch.long)
     before = logits.clone()
-    probs = torch.softmax(apply_chain(s.build_chain(0, ()), ids, logits), dim=-1)
+    probs = build_chain(s).probs(ids, logits)[0]
     assert torch.isfinite(probs).all()
     assert (probs >= 0).all()
     assert math.isclose(float(probs.sum()), 1.0, abs_tol=1e-4)

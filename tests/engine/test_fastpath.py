@@ -5,7 +5,7 @@ import torch
 
 from engine import GenerationSession, SamplerSettings
 from engine.fastpath import FastPathUnsupported, LlamaFastStepper, fast_stepper_or_none
-from engine.generate import ModelStepper
+from engine.stepper import ModelStepper
 from engine.speculative import NGramDrafter, SpeculativeSession
 from tiny_models import tiny_gpt2, tiny_llama, tiny_t5
 
@@ -21,7 +21,7 @@ def test_logits_match_the_model_forward_through_prefill_decode_and_crop():
         torch.testing.assert_close(
             fast.logits(seq, keep=keep), ref.logits(seq, keep=keep), atol=1e-4, rtol=1e-4
         )
-    assert fast.cached == len(seqs[-1])
+    assert len(fast.cache) == len(seqs[-1])
 
 
 def test_greedy_session_equals_transformers_generate():

@@ -22,7 +22,7 @@ from engine import (
     TopP,
     TypicalP,
 )
-from engine.processors import apply_chain
+from engine.processors import apply_chain, build_chain
 
 INF = float("inf")
 NO_IDS = torch.empty((1, 0), dtype=torch.long)
@@ -183,16 +183,16 @@ def test_order_switch_changes_top_p_result():
     s = logits_of([0.6, 0.25, 0.1, 0.05])
     first = SamplerSettings(temperature=2.0, top_p=0.6, order="temperature_first")
     last = SamplerSettings(temperature=2.0, top_p=0.6, order="temperature_last")
-    kf = kept(apply_chain(first.build_chain(0, ()), NO_IDS, s))
-    kl = kept(apply_chain(last.build_chain(0, ()), NO_IDS, s))
+    kf = kept(apply_chain(build_chain(first).stages, NO_IDS, s)[0])
+    kl = kept(apply_chain(build_chain(last).stages, NO_IDS, s)[0])
     assert kl == [0]
     assert kf == [0, 1]
 
 
 def test_sampled_frequencies_match_processed_distribution():
     s = logits_of([0.4, 0.3, 0.2, 0.1])
-    chain = SamplerSettings(temperature=1.0, top_k=3).build_chain(0, ())
-    probs = apply_chain(chain, NO_IDS, s).softmax(-1)[0]
+    chain = build_chain(SamplerSettings(temperature=1.0, top_k=3))
+    probs = chain.probs(None, s)[0][0]
     gen = torch.Generator().manual_seed(1)
     n = 40000
     draws = torch.multinomial(probs, n, replacement=True, generator=gen)
@@ -233,12 +233,12 @@ def test_multinomial_processor_seeded():
 
 def test_a_stage_that_would_remove_every_token_is_skipped():
     # every token of a 3-token vocabulary has been used: no-repeat-ngram 1 would ban them all
-    chain = SamplerSettings(temperature=0.0, no_repeat_ngram_size=1).build_chain(0, ())
+    chain = build_chain(SamplerSettings(temperature=0.0, no_repeat_ngram_size=1)).stages
     scores = torch.tensor([[0.1, 0.5, 0.2]])
-    out = apply_chain(chain, torch.tensor([[0, 1, 2]]), scores)
+    out, _ = apply_chain(chain, torch.tensor([[0, 1, 2]]), scores)
     assert kept(out) == [1]  # the ban was skipped; greedy still picks the argmax
     # with one unused token left, the ban applies and that token is the only choice
-    out = apply_chain(chain, torch.tensor([[0, 1]]), scores)
+    out, _ = apply_chain(chain, torch.tensor([[0, 1]]), scores)
     assert kept(out) == [2]
 
 

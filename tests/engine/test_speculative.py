@@ -7,18 +7,21 @@ import torch
 from transformers import ByT5Tokenizer, GPT2TokenizerFast
 
 from engine import SamplerSettings, autoregressive_generate, autoregressive_generate_encoder_decoder
-from engine.generate import ModelStepper
-from engine.processors import MultinomialProcessor
+from engine.compat import (
+    MultinomialProcessor,
+    ngram_assisted_speculative_generate,
+    speculative_generate,
+    speculative_generate_encoder_decoder,
+)
+from engine.records import SpeculativeReport, Step
 from engine.speculative import (
     DrafterMismatchError,
     ModelDrafter,
     NGramDrafter,
     SpeculativeSession,
     check_same_tokenizer,
-    ngram_assisted_speculative_generate,
-    speculative_generate,
-    speculative_generate_encoder_decoder,
 )
+from engine.stepper import ModelStepper
 from tiny_models import tiny_gpt2, tiny_llama, tiny_t5
 
 PROMPT = [5, 17, 33, 90, 41, 7, 5, 17, 33]
@@ -125,8 +128,11 @@ def test_stats_and_streamed_sources():
         eos_token_ids=[],
         gamma=4,
     )
-    steps = list(session.stream(30))
+    records = list(session.stream(30))
+    steps = [r for r in records if isinstance(r, Step)]
+    reports = [r for r in records if isinstance(r, SpeculativeReport)]
     stats = session.stats
+    assert len(reports) == stats.target_passes and reports[-1] == stats.report()  # one a round
     assert len(steps) == 30 == stats.generated
     assert sum(s.source == "draft" for s in steps) == stats.accepted == stats.drafted
     assert [s.source for s in steps[:5]] == ["draft"] * 4 + ["target"]
@@ -143,7 +149,7 @@ def test_stepper_crops_to_the_common_prefix():
     stepper.logits(a)
     passes = stepper.forward_passes
     got = stepper.logits(b, keep=3)
-    assert stepper.forward_passes == passes + 1 and stepper.cached == len(b)
+    assert stepper.forward_passes == passes + 1 and len(stepper.cache) == len(b)
     fresh = ModelStepper(model, use_cache=False).logits(b, keep=3)
     torch.testing.assert_close(got, fresh, atol=1e-5, rtol=1e-4)
 

@@ -1,0 +1,107 @@
+"""KV caches as explicit objects: each knows which token ids it holds, position by position,
+so a stepper can keep the common prefix of a changed sequence (a branch, rejected drafts, an
+undo) and feed only the rest. Cropping forgets positions; nothing is recomputed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+
+def common_prefix(cached: Sequence[int], ids: Sequence[int]) -> int:
+    """How many leading ids two sequences share (the cache positions that can be kept)."""
+    n = len(cached)
+    if list(ids[:n]) == list(cached):  # the usual case: the sequence only grew
+        return n
+    for i, (a, b) in enumerate(zip(cached, ids, strict=False)):
+        if a != b:
+            return i
+    return min(n, len(ids))
+
+
+class KVCache:
+    """The ids whose keys and values are cached. Subclasses hold the tensors."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def reusable(self, ids: Sequence[int], keep: int = 1) -> int:
+        """Cached positions still valid for ``ids`` when its last ``keep`` must be fed anew
+        (their logits are wanted)."""
+        return min(common_prefix(self.ids, ids), len(ids) - keep)
+
+    def crop(self, length: int) -> None:
+        """Forget the positions at and after ``length``."""
+        del self.ids[max(0, length) :]
+
+    def extend(self, new: Sequence[int]) -> None:
+        self.ids.extend(new)
+
+
+class DynamicKV(KVCache):
+    """transformers' growing cache (``DynamicCache``, or a pair for encoder-decoder models)."""
+
+    def __init__(self, model: torch.nn.Module, encoder_decoder: bool) -> None:
+        super().__init__()
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        self.store: Any = (
+            EncoderDecoderCache(DynamicCache(), DynamicCache())
+            if encoder_decoder
+            else DynamicCache(config=model.config)
+        )
+
+    def crop(self, length: int) -> None:
+        length = max(0, length)
+        if len(self.ids) > length:
+            # transformers 5: crop() takes the (negative) number of positions to remove.
+            self.store.crop(length - len(self.ids))
+            super().crop(length)
+
+
+class StaticKV(KVCache):
+    """Keys and values preallocated as ``[layers, kv_heads, capacity, head_dim]`` and written
+    in place. Cropping only moves the end; running out of room copies into a buffer twice as
+    large (up to ``max_len``)."""
+
+    def __init__(
+        self,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        max_len: int,
+        min_capacity: int = 256,
+    ) -> None:
+        super().__init__()
+        self.shape = (layers, kv_heads, head_dim)
+        self.dtype, self.device = dtype, device
+        self.max_len = max_len
+        self.min_capacity = min_capacity
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def ensure(self, needed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Room for ``needed`` positions; returns the key and value buffers."""
+        have = self.capacity
+        if needed > have or self.k is None or self.v is None:
+            capacity = min(self.max_len, max(needed, 2 * have, self.min_capacity))
+            layers, kv_heads, head_dim = self.shape
+            shape = (layers, kv_heads, capacity, head_dim)
+            k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            if self.k is not None and self.v is not None:
+                k[:, :, :have] = self.k
+                v[:, :, :have] = self.v
+            self.k, self.v = k, v
+        return self.k, self.v

@@ -1,0 +1,440 @@
+"""The decode loop: one session base, and sampling token by token on top of it.
+
+``SessionBase`` owns what every method shares: the prompt and generated ids, the history of
+``Step`` records, why the run stopped, the text of each token, and turning one row of logits
+into a ``Step``. ``stream()`` is the loop: it asks the method (``_advance``) for the next
+records until the budget is spent, the model ends its answer or the context is full. Stopping
+the iteration is how a caller cancels; the iteration's ``send`` is not used.
+
+``GenerationSession`` adds sampling: the sampler chain (replaced live through ``settings``),
+forcing the next token, branching from an earlier step (the KV cache is cropped, not
+recomputed) and undoing or redoing such a choice with the exact records it replaced.
+Speculative decoding (``engine.speculative``) and beam search (``engine.beam``) are the same
+base plus their strategy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from engine.device import context_length, vocab_size
+from engine.errors import EmptyPromptError, NonFiniteLogitsError
+from engine.measure import Measured, measure
+from engine.processors import build_chain
+from engine.records import (
+    KEEP_FULL,
+    SAMPLING,
+    Candidate,
+    Rewind,
+    RunSummary,
+    Step,
+    lighten_old,
+)
+from engine.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.stepper import ModelStepper, Stepper, make_stepper
+from engine.text import TextTrack
+
+Record = Any  # Step | Rewind | engine.records.BeamEvent | SpeculativeReport | ...
+
+
+class Sampler(Protocol):
+    """Turns raw logits into probabilities and picks a token (``engine.processors.Chain``, or
+    the seed-compatible processors through ``engine.compat.CompatSampler``)."""
+
+    greedy: bool
+    uses_ids: bool
+    labels: tuple[str, ...]
+
+    def probs(
+        self, input_ids: torch.Tensor | None, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+    def pick(self, probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
+
+
+def as_id_list(ids: int | Iterable[int] | None) -> list[int]:
+    if ids is None:
+        return []
+    if isinstance(ids, int):
+        return [ids]
+    return [int(i) for i in ids]
+
+
+@dataclass(frozen=True)
+class DecodeStart:
+    """Where a run starts: the decoder sequence, the encoder input (encoder-decoder only), the
+    EOS ids and the context limit."""
+
+    is_encoder_decoder: bool
+    eos_token_ids: tuple[int, ...]
+    encoder_ids: list[int]
+    ids: list[int]
+    max_context: int | None
+
+
+def decode_start(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    eos_token_ids: int | Iterable[int] | None,
+    max_context: int | None,
+) -> DecodeStart:
+    prompt = [int(i) for i in prompt_ids]
+    if not prompt:
+        raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
+    if eos_token_ids is None:
+        eos_token_ids = getattr(model.config, "eos_token_id", None)
+    eos = tuple(as_id_list(eos_token_ids))
+    if getattr(model.config, "is_encoder_decoder", False):
+        start = model.config.decoder_start_token_id
+        if start is None:
+            raise ValueError(
+                "This encoder-decoder model has no decoder_start_token_id in its config."
+            )
+        return DecodeStart(True, eos, prompt, [int(start)], max_context)
+    limit = max_context or context_length(model)
+    if limit is not None and len(prompt) >= limit:
+        raise ValueError(
+            f"The prompt has {len(prompt)} tokens but the model's context holds {limit}: "
+            "shorten the prompt."
+        )
+    return DecodeStart(False, eos, [], prompt, limit)
+
+
+def step_seed(seed: int, index: int) -> int:
+    # One generator state per (seed, step): a branch replays the same randomness at each index.
+    return (seed * 6364136223846793005 + index * 1442695040888963407 + 1) % (2**63 - 1)
+
+
+class SessionBase:
+    """Ids, history, stop reasons and records; subclasses say how the next tokens are chosen."""
+
+    method = ""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        prompt_ids: Sequence[int],
+        sampler: SamplerSettings | Sampler = DEFAULT_SETTINGS,
+        *,
+        tokenizer: Any | None = None,
+        eos_token_ids: int | Iterable[int] | None = None,
+        top_n: int = 20,
+        max_context: int | None = None,
+        keep_candidates: int | None = KEEP_FULL,
+    ) -> None:
+        if top_n < 1:
+            raise ValueError("top_n must be >= 1")
+        start = decode_start(model, prompt_ids, eos_token_ids, max_context)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.top_n = top_n
+        self.is_encoder_decoder = start.is_encoder_decoder
+        self.eos_token_ids = start.eos_token_ids
+        self.encoder_ids = start.encoder_ids
+        self.ids = start.ids
+        self.max_context = start.max_context
+        self.prompt_length = len(self.ids)
+        self.vocab_size = vocab_size(model)
+        # Only the newest `keep_candidates` records keep every candidate (memory on long runs).
+        self.keep_candidates = keep_candidates
+        self.text_track = TextTrack(tokenizer)
+        self.history: list[Step] = []
+        self.finished = False  # the model ended its answer or the context is full
+        self.stop_reason: str | None = None
+        self._settings: SamplerSettings | None = None
+        self.sampler: Sampler
+        if isinstance(sampler, SamplerSettings):
+            self.settings = sampler
+        else:
+            self.sampler = sampler
+        self._run_tokens = 0
+        self._run_time = 0.0
+
+    def _make_stepper(self, use_cache: bool, fast: bool) -> Stepper:
+        return make_stepper(self.model, self.encoder_ids or None, use_cache, fast, self.max_context)
+
+    # -- settings: replaced between tokens ---------------------------------------------------
+
+    @property
+    def settings(self) -> SamplerSettings | None:
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: SamplerSettings) -> None:
+        """Takes effect at the next token."""
+        self._settings = value
+        self.sampler = build_chain(value, self.prompt_length, self.eos_token_ids)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return self.ids[self.prompt_length :]
+
+    @property
+    def text(self) -> str:
+        return "".join(s.text for s in self.history)
+
+    def summary(self) -> RunSummary:
+        rate = self._run_tokens / self._run_time if self._run_time > 0 else 0.0
+        return RunSummary(
+            tokens=self._run_tokens,
+            seconds=self._run_time,
+            tokens_per_s=rate,
+            stop_reason=self.stop_reason or "stopped",
+            text=self.text,
+            token_ids=tuple(self.generated_ids),
+        )
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def stream(self, max_new_tokens: int | None = None) -> Iterator[Record]:
+        """Yield the records of up to ``max_new_tokens`` more tokens (default: the settings'
+        value), stopping at EOS or at the end of the context. Close the generator (or stop
+        iterating) to cancel."""
+        if max_new_tokens is not None:
+            budget = max_new_tokens
+        else:
+            budget = self._settings.max_new_tokens if self._settings is not None else 0
+        self._run_tokens = 0
+        self._run_time = 0.0
+        if not self.finished:
+            self.stop_reason = None
+        # Tokens produced = how much the history grew: a method may replace steps on the way
+        # (beam search shows its best beam, which changes), so yielded Steps are not counted.
+        start = len(self.history)
+        try:
+            while not self.finished and len(self.history) - start < budget:
+                yield from self._advance(budget - (len(self.history) - start))
+        finally:
+            if self.stop_reason is None:
+                done = len(self.history) - start >= budget
+                self.stop_reason = "max_new_tokens" if done else "stopped"
+
+    def _advance(self, room: int) -> Iterable[Record]:
+        """The records of the next token(s): at least one Step, at most ``room``."""
+        raise NotImplementedError
+
+    def _append(self, m: Measured, elapsed: float, source: str, forced: bool = False) -> Step:
+        """Turn one measured token into a Step and add it to the run."""
+        self._run_tokens += 1
+        self._run_time += elapsed
+        rate = self._run_tokens / self._run_time
+        text = self.text_track.push(m.token_id) if m.finite else ""
+        step = self._make_step(m, len(self.history), elapsed, rate, source, forced, text)
+        self._add(step)
+        return step
+
+    def _make_step(
+        self,
+        m: Measured,
+        index: int,
+        elapsed: float,
+        tokens_per_s: float,
+        source: str,
+        forced: bool = False,
+        text: str = "",
+    ) -> Step:
+        if not m.finite:
+            raise NonFiniteLogitsError(index)
+        show = self.text_track.show
+        labels = self.sampler.labels
+        return Step(
+            index=index,
+            token_id=m.token_id,
+            text=text,
+            token_str=show(m.token_id),
+            raw_prob=m.raw_prob,
+            prob=m.prob,
+            rank=m.rank,
+            candidates=tuple(
+                Candidate(i, show(i), r, q, labels[c] if 0 <= c < len(labels) else "")
+                for i, r, q, c in zip(m.top_ids, m.top_raw, m.top_prob, m.top_cut, strict=True)
+            ),
+            survivors=m.survivors,
+            entropy_raw=m.entropy_raw,
+            entropy=m.entropy,
+            step_time=elapsed,
+            tokens_per_s=tokens_per_s,
+            forced=forced,
+            is_eos=m.token_id in self.eos_token_ids,
+            source=source,
+        )
+
+    def _add(self, step: Step) -> None:
+        self.ids.append(step.token_id)
+        self.history.append(step)
+        lighten_old(self.history, 1, self.keep_candidates)
+        if step.is_eos:
+            self.finished, self.stop_reason = True, "eos"
+        elif self.max_context is not None and len(self.ids) >= self.max_context:
+            self.finished, self.stop_reason = True, "context"
+
+    def rewind(self, step_index: int) -> Rewind:
+        """Discard the tokens from ``step_index`` on."""
+        if not 0 <= step_index <= len(self.history):
+            raise ValueError(f"step_index must be in [0, {len(self.history)}], got {step_index}")
+        del self.history[step_index:]
+        del self.ids[self.prompt_length + step_index :]
+        self.text_track.truncate(step_index)
+        self._truncate_cache(len(self.ids) - 1)  # keep one id to feed for the next logits
+        self.finished = False
+        self.stop_reason = None
+        return Rewind(step_index)
+
+    def _truncate_cache(self, length: int) -> None:
+        """Forget cached positions from ``length`` on (methods with a cache)."""
+
+
+class GenerationSession(SessionBase):
+    """Token-by-token generation with full per-step records.
+
+    ``prompt_ids`` are the decoder-only prompt, or the encoder input of an encoder-decoder model
+    (whose decoder then starts at ``decoder_start_token_id``).
+    """
+
+    method = SAMPLING
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        prompt_ids: Sequence[int],
+        settings: SamplerSettings | Sampler = DEFAULT_SETTINGS,
+        *,
+        tokenizer: Any | None = None,
+        eos_token_ids: int | Iterable[int] | None = None,
+        top_n: int = 20,
+        max_context: int | None = None,
+        use_cache: bool = True,
+        keep_candidates: int | None = KEEP_FULL,
+        fast: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            model, prompt_ids, settings, tokenizer=tokenizer, eos_token_ids=eos_token_ids,
+            top_n=top_n, max_context=max_context, keep_candidates=keep_candidates,
+        )  # fmt: skip
+        self.stepper = self._make_stepper(use_cache, fast)
+        self.device = self.stepper.device
+        self.fast = not isinstance(self.stepper, ModelStepper)
+        self._seed = seed
+        self._forced: int | None = None
+        self._generator = torch.Generator(device=self.device)
+        # Undo and redo of a token choice: (step index, the records that were replaced).
+        self._undo: list[tuple[int, list[Step]]] = []
+        self._redo: list[tuple[int, list[Step]]] = []
+
+    @property
+    def forward_passes(self) -> int:
+        return self.stepper.forward_passes
+
+    @property
+    def seed(self) -> int:
+        if self._seed is not None:
+            return self._seed
+        return self._settings.seed if self._settings is not None else 0
+
+    # -- choices between tokens --------------------------------------------------------------
+
+    def force_next(self, token_id: int) -> None:
+        """The next step takes this token instead of sampling (manual choice)."""
+        self._check_token(token_id)
+        self._forced = int(token_id)
+
+    def branch(self, step_index: int, token_id: int) -> Rewind:
+        """Go back to ``step_index`` and take ``token_id`` there; the records from there on
+        are kept for ``undo``. The KV cache is cropped to the kept prefix, not recomputed."""
+        self._check_token(token_id)
+        replaced = self.history[step_index:]
+        rewind = self.rewind(step_index)
+        self._undo.append((step_index, replaced))
+        self._redo.clear()
+        self._forced = int(token_id)
+        return rewind
+
+    def can_undo(self) -> bool:
+        return bool(self._undo)
+
+    def can_redo(self) -> bool:
+        return bool(self._redo)
+
+    def undo(self) -> list[Record]:
+        """Put back the records the last branch replaced: ``[Rewind, *steps]``."""
+        return self._swap(self._undo, self._redo)
+
+    def redo(self) -> list[Record]:
+        """Take the undone branch again: ``[Rewind, *steps]``."""
+        return self._swap(self._redo, self._undo)
+
+    def _swap(self, source: list, target: list) -> list[Record]:
+        if not source:
+            raise ValueError("There is no choice to undo or redo.")
+        index, steps = source.pop()
+        target.append((index, self.history[index:]))
+        rewind = self.rewind(index)
+        for step in steps:  # the same records; the cache catches up at the next forward pass
+            self.text_track.push(step.token_id)
+            self._add(step)
+        return [rewind, *steps]
+
+    def rewind(self, step_index: int) -> Rewind:
+        self._forced = None
+        return super().rewind(step_index)
+
+    def _truncate_cache(self, length: int) -> None:
+        self.stepper.truncate(length)
+
+    def _check_token(self, token_id: int) -> None:
+        if not 0 <= int(token_id) < self.vocab_size:
+            raise ValueError(
+                f"token id {token_id} is outside the vocabulary (0..{self.vocab_size - 1})"
+            )
+
+    # -- generating --------------------------------------------------------------------------
+
+    def _advance(self, room: int) -> list[Step]:
+        return [self.step()]
+
+    @torch.inference_mode()
+    def step(self) -> Step:
+        """Generate one token and return its record."""
+        if self.finished:
+            raise RuntimeError("Generation has finished; branch or rewind to continue.")
+        start = time.perf_counter()
+        logits = self.stepper.logits(self.ids)  # [1, vocab]
+        # A broken model gives NaN/inf: sample from something harmless, then refuse the step
+        # once the flag arrives with the one copy below (no extra device sync per token).
+        finite = torch.isfinite(logits).all(dim=-1)  # [1]
+        logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
+        ids = self._ids_tensor() if self.sampler.uses_ids else None
+        probs, cut = self.sampler.probs(ids, logits)  # [1, vocab]
+        forced, self._forced = self._forced, None
+        if forced is not None:
+            token = torch.tensor([forced], device=self.device)
+            source = "forced"
+        else:
+            self._generator.manual_seed(step_seed(self.seed, len(self.history)))
+            token = self.sampler.pick(probs[0], self._generator)
+            source = "greedy" if self.sampler.greedy else "sample"
+        m = measure(logits, probs, token, self.top_n, cut, finite)[0]  # one copy to the host
+        elapsed = time.perf_counter() - start  # after the copy, which waits for the device
+        return self._append(m, elapsed, source, forced=forced is not None)
+
+    def _ids_tensor(self) -> torch.Tensor:
+        return torch.tensor([self.ids], dtype=torch.long, device=self.device)  # [1, seq]
+
+
+def stream_generate(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    settings: SamplerSettings = DEFAULT_SETTINGS,
+    **kwargs: Any,
+) -> Iterator[Step]:
+    """One generator for both model kinds: yields a ``Step`` per generated token."""
+    session = GenerationSession(model, prompt_ids, settings, **kwargs)
+    yield from session.stream()

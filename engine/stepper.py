@@ -1,0 +1,112 @@
+"""Steppers: run a model on a growing decoder sequence and return next-token logits.
+
+Every stepper has the same small interface (``Stepper``): ``logits(ids, keep)`` for the whole
+sequence so far, an explicit ``cache`` (``engine.kvcache``) that knows which ids it holds, and
+a count of forward passes. A changed sequence (a branch, rejected drafts) keeps the cache's
+common prefix and feeds the rest; nothing is recomputed.
+
+* ``ModelStepper``: transformers' ``model.forward`` for any decoder-only or encoder-decoder
+  model, with or without a cache. The encoder runs once, here.
+* ``engine.fastpath.FastStepper``: a lean path for the families it knows.
+
+``make_stepper`` picks one.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from engine.device import model_device
+from engine.errors import EmptyPromptError
+from engine.fastpath import fast_stepper_or_none
+from engine.kvcache import DynamicKV, KVCache
+
+
+class Stepper(Protocol):
+    device: torch.device
+    forward_passes: int
+    cache: KVCache | None  # None: every call runs the whole sequence
+
+    def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
+        """ids: the whole decoder sequence so far -> float32 logits of its last ``keep``
+        positions, [keep, vocab] (row j predicts the id after ids[len - keep + j])."""
+        ...
+
+    def truncate(self, length: int) -> None:
+        """Forget cached positions at and after ``length``."""
+        ...
+
+
+class ModelStepper:
+    """``model.forward`` with transformers' cache; the encoder of an encoder-decoder model runs
+    once, in ``__init__``."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        encoder_input_ids: Sequence[int] | None = None,
+        use_cache: bool = True,
+    ) -> None:
+        self.model = model
+        self.device = model_device(model)
+        self.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+        self._keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.forward_passes = 0
+        self._encoder: dict[str, Any] = {}
+        if self.is_encoder_decoder:
+            if encoder_input_ids is None or len(encoder_input_ids) == 0:
+                raise EmptyPromptError("The encoder input is empty: type a prompt first.")
+            enc = torch.tensor([list(encoder_input_ids)], dtype=torch.long, device=self.device)
+            mask = torch.ones_like(enc)
+            with torch.inference_mode():
+                # The encoder runs exactly once; every decoder step cross-attends to its output.
+                out = model.get_encoder()(input_ids=enc, attention_mask=mask, return_dict=True)
+            self._encoder = {"encoder_outputs": out, "attention_mask": mask}
+        self.cache: DynamicKV | None = (
+            DynamicKV(model, self.is_encoder_decoder) if use_cache else None
+        )
+
+    def truncate(self, length: int) -> None:
+        if self.cache is not None:
+            self.cache.crop(length)
+
+    @torch.inference_mode()
+    def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
+        if len(ids) < keep:
+            raise ValueError(f"need at least {keep} ids, got {len(ids)}")
+        kwargs: dict[str, Any] = {"use_cache": self.cache is not None, **self._encoder}
+        if self.cache is not None:
+            self.cache.crop(self.cache.reusable(ids, keep))
+            new = list(ids[len(self.cache) :])
+            kwargs["past_key_values"] = self.cache.store
+        else:
+            new = list(ids)
+        if self._keep_last:
+            kwargs["logits_to_keep"] = keep
+        x = torch.tensor([new], dtype=torch.long, device=self.device)  # [1, n]
+        key = "decoder_input_ids" if self.is_encoder_decoder else "input_ids"
+        out = self.model(**{key: x}, **kwargs)
+        self.forward_passes += 1
+        if self.cache is not None:
+            self.cache.store = out.past_key_values
+            self.cache.extend(new)
+        return out.logits[0, -keep:, :].float()  # [keep, vocab]
+
+
+def make_stepper(
+    model: torch.nn.Module,
+    encoder_input_ids: Sequence[int] | None = None,
+    use_cache: bool = True,
+    fast: bool = False,
+    max_len: int | None = None,
+) -> Stepper:
+    """The fast path when asked for and the model supports it, else ``ModelStepper``."""
+    if fast and use_cache and not encoder_input_ids:
+        stepper = fast_stepper_or_none(model, max_len=max_len)
+        if stepper is not None:
+            return stepper
+    return ModelStepper(model, encoder_input_ids, use_cache=use_cache)

@@ -1,0 +1,204 @@
+"""What a user can ask of the engine, as generators of records; no Qt.
+
+A ``Workbench`` holds the loaded model, the draft model and the current session. Each action
+(``start``, ``proceed``, ``branch``, ``undo``, ``compare``, ...) is a generator: it tokenises and
+builds sessions itself (so a caller on a worker thread keeps that work off the GUI thread), then
+yields records (``engine.records``). A caller drives one action at a time and may ``send`` new
+``SamplerSettings`` in between records (they apply from the next token, for every method) or
+``STOP`` (the run ends after the current token and its summary is still yielded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from engine.models import ModelBundle
+from engine.records import (
+    BEAM,
+    KEEP_FULL,
+    RUN_METHODS,
+    SAMPLING,
+    SPEC_DRAFT,
+    SPEC_NGRAM,
+    ChoiceHistory,
+    RunStarted,
+)
+from engine.settings import DEFAULT_SETTINGS, SamplerSettings
+
+STOP = object()  # send this into an action to end the run after the current token
+
+Action = Generator[Any, Any, Any]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A new run as the window describes it: plain values, no tokens yet."""
+
+    prompt: str
+    method: str = SAMPLING
+    settings: SamplerSettings = DEFAULT_SETTINGS
+    chat_template: bool | None = None  # None: the model's default
+    num_beams: int = 4
+    gamma: int = 5
+    top_n: int = 50  # candidates recorded per step
+    limit: int | None = None  # tokens for this run; None: settings.max_new_tokens
+    fast: bool = True  # the lean decode path where the model supports it
+    keep_candidates: int | None = KEEP_FULL
+
+
+def live(session: Any, records: Iterator[Any], settings: bool = True) -> Action:
+    """Pass ``records`` on; apply settings sent in to ``session``; on ``STOP`` end the run.
+    Ends with the session's summary."""
+    try:
+        for record in records:
+            sent = yield record
+            if sent is STOP:
+                break
+            if sent is not None and settings:
+                session.settings = sent
+    finally:
+        records.close()  # type: ignore[attr-defined] - a generator; marks a stopped run
+    yield session.summary()
+
+
+class Workbench:
+    """The engine state a window drives: touched by one action at a time."""
+
+    def __init__(self) -> None:
+        self.bundle: ModelBundle | None = None
+        self.draft: ModelBundle | None = None
+        self.session: Any = None  # GenerationSession | SpeculativeSession | BeamSession
+
+    # -- models ------------------------------------------------------------------------------
+
+    def load(
+        self,
+        source: str,
+        device: str = "auto",
+        dtype: str = "auto",
+        draft: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> ModelBundle:
+        """Load a model (or the draft model) and return its bundle. A draft must share the
+        target's tokenizer. The current model stays until the new one is ready."""
+        from engine.catalog import open_model
+        from engine.speculative import check_same_tokenizer
+
+        bundle = open_model(source, device=device, dtype=dtype, progress=progress)
+        if draft:
+            if self.bundle is not None:
+                check_same_tokenizer(self.bundle.tokenizer, bundle.tokenizer)
+            self.draft = bundle
+        else:
+            self.bundle, self.session = bundle, None
+            self.draft = None  # a draft model must match the new target's tokenizer
+        return bundle
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def start(self, request: RunRequest) -> Action:
+        """A new run: tokenise the prompt, build the method's session, stream it."""
+        bundle = self._bundle()
+        if request.method not in RUN_METHODS:
+            raise ValueError(f"Unknown method {request.method!r}: choose {', '.join(RUN_METHODS)}")
+        ids = bundle.encode_prompt(request.prompt, request.chat_template)
+        self.session = None
+        session = self._make_session(bundle, ids, request)
+        self.session = session
+        yield RunStarted(request.method, request.prompt, len(ids), request.settings.to_dict())
+        yield from live(session, session.stream(request.limit), settings=request.method != BEAM)
+        yield self._choices()
+
+    def proceed(self, settings: SamplerSettings, limit: int | None = None) -> Action:
+        """Carry the current run on (Continue, Step) with these settings."""
+        session = self._session()
+        if session.finished:
+            raise ValueError("The run has ended: click a token to branch, or Generate again.")
+        if session.method == BEAM:
+            raise ValueError("A beam search cannot be continued: Generate again.")
+        session.settings = settings
+        yield from live(session, session.stream(limit))
+
+    def branch(
+        self, step_index: int, token_id: int, settings: SamplerSettings, limit: int | None
+    ) -> Action:
+        """Take ``token_id`` at ``step_index`` and continue from there."""
+        session = self._session()
+        if session.method != SAMPLING:
+            raise ValueError(
+                "Choosing a token by hand works with the Sampling method: switch to it and "
+                "Generate."
+            )
+        session.settings = settings
+        yield session.branch(step_index, token_id)
+        yield from live(session, session.stream(limit))
+        yield self._choices()
+
+    def undo(self) -> Action:
+        """Put back the tokens the last choice replaced, exactly as they were."""
+        yield from self._session().undo()
+        yield self._choices()
+
+    def redo(self) -> Action:
+        yield from self._session().redo()
+        yield self._choices()
+
+    def compare(self, request: RunRequest) -> Action:
+        """The comparison of methods on this prompt and seed, one result at a time."""
+        from engine.compare import compare_iter
+
+        bundle = self._bundle()
+        ids = bundle.encode_prompt(request.prompt, request.chat_template)
+        yield from compare_iter(
+            bundle, ids, request.settings, max_new_tokens=request.settings.max_new_tokens,
+            num_beams=request.num_beams, gamma=request.gamma, drafter=self.draft,
+        )  # fmt: skip
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _bundle(self) -> ModelBundle:
+        if self.bundle is None:
+            raise ValueError("No model is loaded yet.")
+        return self.bundle
+
+    def _session(self) -> Any:
+        if self.session is None:
+            raise ValueError("Generate first: there is no run to continue.")
+        return self.session
+
+    def _choices(self) -> ChoiceHistory:
+        s = self.session
+        undo = getattr(s, "can_undo", lambda: False)()
+        redo = getattr(s, "can_redo", lambda: False)()
+        return ChoiceHistory(can_undo=undo, can_redo=redo)
+
+    def _make_session(self, bundle: ModelBundle, ids: list[int], request: RunRequest) -> Any:
+        settings = request.settings
+        common: dict[str, Any] = dict(
+            tokenizer=bundle.tokenizer, eos_token_ids=bundle.eos_token_ids,
+            top_n=request.top_n, max_context=bundle.context_length,
+            keep_candidates=request.keep_candidates,
+        )  # fmt: skip
+        if request.method == BEAM:
+            from engine.beam import BeamSession
+
+            return BeamSession(bundle.model, ids, settings, num_beams=request.num_beams, **common)
+        if request.method in (SPEC_NGRAM, SPEC_DRAFT):
+            from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession
+
+            if request.method == SPEC_DRAFT:
+                if self.draft is None:
+                    raise ValueError("Load a draft model first (Method panel, Draft model: Load…).")
+                enc = ids if self.draft.is_encoder_decoder else None
+                drafter: Any = ModelDrafter(self.draft.model, enc, fast=request.fast)
+            else:
+                drafter = NGramDrafter()
+            return SpeculativeSession(
+                bundle.model, ids, drafter, settings, gamma=request.gamma, seed=settings.seed,
+                fast=request.fast, **common,
+            )  # fmt: skip
+        from engine.session import GenerationSession
+
+        return GenerationSession(bundle.model, ids, settings, fast=request.fast, **common)
