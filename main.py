@@ -177,7 +177,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from engine import ModelLoadError, SamplerSettings
     from engine.catalog import open_model
-    from engine.compare import METHODS, compare_methods, format_table
+    from engine.compare import compare_methods, format_table
+    from engine.records import COMPARE_ROWS
 
     def say(m: str) -> None:
         print(f"[{m}]", file=sys.stderr)
@@ -192,7 +193,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(METHODS)
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(COMPARE_ROWS)
     prompt = args.prompt or bundle.extra.get("example_prompt", "Once upon a time")
     try:
         ids = bundle.encode_prompt(

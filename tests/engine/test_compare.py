@@ -3,6 +3,7 @@ from transformers import ByT5Tokenizer
 
 from engine import SamplerSettings
 from engine.compare import compare_methods, format_table
+from engine.models import make_bundle
 from engine.records import (
     COMPARE_ROWS,
     ROW_BEAM,
@@ -11,7 +12,6 @@ from engine.records import (
     ROW_SPEC_DRAFT,
     ROW_SPEC_NGRAM,
 )
-from engine.models import make_bundle
 from engine.speculative import DrafterMismatchError
 from tiny_models import tiny_llama
 

@@ -5,8 +5,8 @@ import torch
 
 from engine import GenerationSession, SamplerSettings
 from engine.fastpath import FastPathUnsupported, LlamaFastStepper, fast_stepper_or_none
-from engine.stepper import ModelStepper
 from engine.speculative import NGramDrafter, SpeculativeSession
+from engine.stepper import ModelStepper
 from tiny_models import tiny_gpt2, tiny_llama, tiny_t5
 
 PROMPT = [5, 17, 33, 90, 41, 7]

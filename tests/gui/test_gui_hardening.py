@@ -103,7 +103,7 @@ def test_out_of_memory_while_generating_keeps_the_model_usable(
 ):
     load(qtbot, window, tiny_dir)
     from engine.fastpath import LlamaFastStepper
-    from engine.generate import ModelStepper
+    from engine.stepper import ModelStepper
 
     calls = {"n": 0}
 
