@@ -42,7 +42,13 @@ def step_to_dict(step: Step) -> dict[str, Any]:
     """A record as plain JSON types (much faster than dataclasses.asdict on long runs)."""
     out = {f: getattr(step, f) for f in STEP_FIELDS}
     out["candidates"] = [
-        {"token_id": c.token_id, "text": c.text, "raw_prob": c.raw_prob, "prob": c.prob}
+        {
+            "token_id": c.token_id,
+            "text": c.text,
+            "raw_prob": c.raw_prob,
+            "prob": c.prob,
+            "cut_by": c.cut_by,
+        }
         for c in step.candidates
     ]
     return out
@@ -86,12 +92,20 @@ def run_to_markdown(
 
 
 def steps_from_dict(data: dict[str, Any]) -> list[Step]:
-    """Rebuild records from ``run_to_dict`` output (for restoring an autosaved run)."""
+    """Rebuild records from ``run_to_dict`` output (for restoring an autosaved run). Fields a
+    newer or older version wrote and this one does not know are ignored."""
+    from dataclasses import fields
+
     from engine.records import Candidate
 
+    step_fields = {f.name for f in fields(Step)}
+    cand_fields = {f.name for f in fields(Candidate)}
     steps = []
     for raw in data.get("steps", []):
-        raw = dict(raw)
-        raw["candidates"] = tuple(Candidate(**c) for c in raw.get("candidates", ()))
+        raw = {k: v for k, v in raw.items() if k in step_fields}
+        raw["candidates"] = tuple(
+            Candidate(**{k: v for k, v in c.items() if k in cand_fields})
+            for c in raw.get("candidates", ())
+        )
         steps.append(Step(**raw))
     return steps

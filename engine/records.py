@@ -67,14 +67,16 @@ def lighten(step: Step) -> Step:
     return replace(step, candidates=step.candidates[:LIGHT_CANDIDATES])
 
 
-def lighten_old(steps: list[Step], added: int, keep_full: int | None = KEEP_FULL) -> None:
+def lighten_old(steps: list[Step], added: int, keep_full: int | None = KEEP_FULL) -> range:
     """After ``added`` steps were appended to ``steps``, lighten the ones that just fell out of
-    the newest ``keep_full`` (in place; None keeps everything)."""
+    the newest ``keep_full`` (in place; None keeps everything). Returns their indices."""
     if keep_full is None:
-        return
+        return range(0)
     end = len(steps) - keep_full
-    for i in range(max(0, end - added), max(0, end)):
+    changed = range(max(0, end - added), max(0, end))
+    for i in changed:
         steps[i] = lighten(steps[i])
+    return changed
 
 
 @dataclass(frozen=True)

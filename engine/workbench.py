@@ -11,7 +11,7 @@ yields records (``engine.records``). A caller drives one action at a time and ma
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.models import ModelBundle
@@ -81,20 +81,22 @@ class Workbench:
         draft: bool = False,
         progress: Callable[[str], None] | None = None,
     ) -> ModelBundle:
-        """Load a model (or the draft model) and return its bundle. A draft must share the
-        target's tokenizer. The current model stays until the new one is ready."""
+        """Load a model (or a draft model, which must share the target's tokenizer) and
+        return it; ``adopt`` makes it current, so a cancelled load leaves the old one."""
         from engine.catalog import open_model
         from engine.speculative import check_same_tokenizer
 
         bundle = open_model(source, device=device, dtype=dtype, progress=progress)
+        if draft and self.bundle is not None:
+            check_same_tokenizer(self.bundle.tokenizer, bundle.tokenizer)
+        return bundle
+
+    def adopt(self, bundle: ModelBundle, draft: bool = False) -> None:
         if draft:
-            if self.bundle is not None:
-                check_same_tokenizer(self.bundle.tokenizer, bundle.tokenizer)
             self.draft = bundle
         else:
             self.bundle, self.session = bundle, None
             self.draft = None  # a draft model must match the new target's tokenizer
-        return bundle
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -110,6 +112,13 @@ class Workbench:
         yield RunStarted(request.method, request.prompt, len(ids), request.settings.to_dict())
         yield from live(session, session.stream(request.limit), settings=request.method != BEAM)
         yield self._choices()
+
+    def step(self, request: RunRequest) -> Action:
+        """One more token of the current run, or a new run of one token when there is none."""
+        if self.session is None:
+            yield from self.start(replace(request, limit=1))
+        else:
+            yield from self.proceed(request.settings, 1)
 
     def proceed(self, settings: SamplerSettings, limit: int | None = None) -> Action:
         """Carry the current run on (Continue, Step) with these settings."""

@@ -10,13 +10,13 @@ from pathlib import Path
 from PySide6.QtCore import QEventLoop, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
+from engine.records import RunSummary
+from gui.runtime import set_switch_interval
 from gui.window import MainWindow
 
 
 def make_app(argv: list[str] | None = None) -> QApplication:
-    # The worker needs the GIL between its many small tensor ops; a shorter switch interval
-    # stops long GUI paints from starving it (the default is 5 ms).
-    sys.setswitchinterval(0.001)
+    set_switch_interval()
     app = QApplication.instance()
     if not isinstance(app, QApplication):
         app = QApplication([sys.argv[0], *(argv or [])])
@@ -89,6 +89,33 @@ def pump_until(
     timer.stop()
     if outcome and outcome[0] is not None:
         raise outcome[0]
+
+
+def wait_for_run(
+    window: MainWindow,
+    start: Callable[[], object],
+    timeout: float,
+    what: str,
+    on_tick: Callable[[], None] | None = None,
+) -> RunSummary | None:
+    """Start a run with ``start()`` and run the event loop until its records are drawn and
+    the worker is idle (or an error was shown); returns its summary, None after an error."""
+    finished: list[RunSummary] = []
+
+    def done(summary: RunSummary) -> None:
+        finished.append(summary)
+
+    window.run_finished.connect(done)
+    try:
+        window.last_error = None
+        start()
+        pump_until(
+            lambda: bool(finished and not window.runner.busy) or window.last_error is not None,
+            timeout, what, on_tick,
+        )  # fmt: skip
+    finally:
+        window.run_finished.disconnect(done)
+    return finished[0] if finished else None
 
 
 class Heartbeat:

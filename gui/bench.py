@@ -25,14 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_gui_bench(
     bundle: ModelBundle, say: Callable[[str], None], new_tokens: int = 128
 ) -> dict[str, Any]:
-    from gui.app import Heartbeat, isolated_window, make_app, pump_until
-    from gui.worker import import_engine
+    from gui.app import Heartbeat, isolated_window, make_app, wait_for_run
+    from gui.runtime import import_engine
 
     make_app()
     import_engine()  # as the app's load job does
     window = isolated_window(Path(tempfile.mkdtemp()))
-    bundle.source_key = "smollm2-135m"  # type: ignore[attr-defined]
-    window.runner.bundle = bundle
+    window.runner.workbench.adopt(bundle)
     window._on_model_loaded(bundle)
     prompt = "Write a short poem about the sea."
     window.prompt.setPlainText(prompt)
@@ -48,17 +47,15 @@ def run_gui_bench(
     gaps: list[float] = []
     for attempt in range(3):
         heartbeat = Heartbeat()
-        window.last_summary = None
         heartbeat.start()
-        window.generate()
-        pump_until(
-            lambda: window.last_summary is not None and not window.runner.busy, 600, "the run"
-        )
+        run = wait_for_run(window, window.generate, 600, "the run")
         beats = heartbeat.stop()
+        if run is None:
+            raise RuntimeError(f"the window's run failed: {window.last_error}")
         if attempt == 0:
             continue
         gaps += beats[1:]
-        gui_rates.append(window.last_summary.tokens_per_s)
+        gui_rates.append(run.tokens_per_s)
         headless_rates.append(ours_rate(bundle, ids, len(window.steps), fast=True, top_n=50)[0])
     gui_rate, headless = float(np.mean(gui_rates)), float(np.mean(headless_rates))
     say(
@@ -116,7 +113,7 @@ w.runner.load_failed.connect(loop.quit)
 QTimer.singleShot(300_000, loop.quit)
 loop.exec()
 ready = time.time()
-assert w.runner.bundle is not None, "the model did not load"
+assert w.bundle is not None, "the model did not load"
 w.close()
 print(json.dumps({{"shown": shown, "load_s": ready - shown, "ready": ready}}), flush=True)
 """

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 TOKENS = 16
@@ -30,7 +31,7 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
 
     try:
         from engine.catalog import BUNDLED
-        from gui.app import isolated_window, make_app, pump_until
+        from gui.app import isolated_window, make_app, pump_until, wait_for_run
 
         make_app()
         window = isolated_window(out)
@@ -54,34 +55,30 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
             window.method.set_current("sampling")
             settings = window.sampler.settings().with_(temperature=0.0, max_new_tokens=TOKENS)
             window.sampler.set_settings(settings)
-            # exactly 16 tokens, even if the model would end its answer earlier
             window.prompt.setPlainText(entry.example_prompt)
-            window.runner.update_settings(settings.with_(min_new_tokens=TOKENS))
-            window.last_summary = None
+            # exactly 16 tokens, even if the model would end its answer earlier
+            request = replace(
+                window._request(new_seed=False), settings=settings.with_(min_new_tokens=TOKENS)
+            )
             t0 = time.perf_counter()
-            if not window.runner.generate(entry.example_prompt, window._use_chat()):
-                raise RuntimeError(f"{name}: generation did not start: {window.last_error}")
             first: list[float] = []  # when the first record exists
 
             def note_first(first: list[float] = first, t0: float = t0) -> None:
-                session = window.runner.session
-                if not first and session is not None and session.history:
+                if not first and (window.store.inbox or window.store.steps):
                     first.append(time.perf_counter() - t0)
 
-            def done() -> bool:
-                finished = window.last_summary is not None and not window.runner.busy
-                return finished or window.last_error is not None
-
-            pump_until(done, timeout, f"{name} to generate", on_tick=note_first)
+            run = wait_for_run(
+                window, lambda r=request: window.runner.generate(r), timeout,
+                f"{name} to generate", on_tick=note_first,
+            )  # fmt: skip
             first_token = first[0] if first else float("nan")
-            window.drain()
             if window.last_error:
                 raise RuntimeError(f"generating with {name}: {window.last_error}")
             tokens = len(window.steps)
             if tokens != TOKENS:
                 raise RuntimeError(f"{name}: expected {TOKENS} tokens, got {tokens}")
             text = "".join(s.text for s in window.steps)
-            rate = window.last_summary.tokens_per_s
+            rate = run.tokens_per_s if run is not None else float("nan")
             log(f"{name}: {tokens} tokens, first after {first_token:.2f}s, {rate:.1f} tok/s")
             log(f"{name} wrote: {text!r}")
             summary.append(f"{name} {tokens} tokens ({rate:.0f} tok/s, first {first_token:.2f}s)")

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.records import PLAIN, MethodResult
+from engine.records import ROW_PLAIN, MethodResult
 
 COLUMNS = ("Method", "Tokens/s", "Speed-up", "Target passes", "Accepted", "= greedy", "Output")
 
@@ -52,9 +52,16 @@ class CompareView(QWidget):
         self.run.clicked.connect(self.run_requested)
         self.results: list[MethodResult] = []
 
+    def clear_results(self) -> None:
+        self.show_results([])
+
+    def add_result(self, result: MethodResult) -> None:
+        """A row as soon as a method finishes (speed-ups follow once the baseline is in)."""
+        self.show_results([*self.results, result])
+
     def show_results(self, results: Sequence[MethodResult]) -> None:
         self.results = list(results)
-        base = next((r for r in results if r.method == PLAIN), None)
+        base = next((r for r in results if r.method == ROW_PLAIN), None)
         self.table.setRowCount(len(results))
         for row, r in enumerate(results):
             cells = (

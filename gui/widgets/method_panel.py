@@ -14,10 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-SAMPLING = "sampling"
-BEAM = "beam"
-SPEC_NGRAM = "spec_ngram"
-SPEC_DRAFT = "spec_draft"
+from engine.records import BEAM, RUN_METHODS, SAMPLING, SPEC_DRAFT, SPEC_NGRAM
 
 
 class MethodPanel(QGroupBox):
@@ -29,10 +26,8 @@ class MethodPanel(QGroupBox):
         form = QFormLayout(self)
         self.method = QComboBox()
         self.method.setObjectName("method")
-        self.method.addItem("Sampling, token by token", SAMPLING)
-        self.method.addItem("Beam search", BEAM)
-        self.method.addItem("Speculative: n-gram drafts", SPEC_NGRAM)
-        self.method.addItem("Speculative: draft model", SPEC_DRAFT)
+        for key, title in RUN_METHODS.items():
+            self.method.addItem(title, key)
         self.method.setToolTip("How the next tokens are chosen.")
         self.method.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from PySide6.QtCore import QEvent, QPoint, Qt, Signal
 from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor, QTextFormat
@@ -47,21 +48,32 @@ class TokenPane(QTextEdit):
         self.setPlaceholderText("Generated tokens appear here, one coloured box per token.")
         self.theme: Theme = LIGHT
         self.mode = COLOR_BY_RANK
-        self.steps: list[Step] = []
-        self._spans: list[tuple[int, int]] = []  # document positions of each step's text
+        self._steps: list[Step] = []  # the run store's list once bound; read, never changed
+        self._spans: list[tuple[int, int]] = []  # document positions of each shown step's text
         self.selected: int | None = None
-        self.speculative = False  # colour by who produced each token: drafter or target
+
+    def bind(self, store: Any) -> None:
+        """Show the steps of ``store`` (a ``gui.store.RunStore``)."""
+        self._store = store
+
+    @property
+    def steps(self) -> list[Step]:
+        """The shown steps (the store's records, which may have been lightened since)."""
+        store = getattr(self, "_store", None)
+        steps = store.steps if store is not None else self._steps
+        return steps[: len(self._spans)]
 
     # -- content ------------------------------------------------------------------------------
 
     def clear_tokens(self) -> None:
-        self.steps.clear()
+        self._steps.clear()
         self._spans.clear()
         self.selected = None
         self.clear()
 
     def truncate(self, keep: int) -> None:
-        if keep >= len(self.steps):
+        """Remove the shown text of the steps from ``keep`` on."""
+        if keep >= len(self._spans):
             return
         if keep == 0:
             self.clear_tokens()
@@ -70,21 +82,23 @@ class TokenPane(QTextEdit):
         cursor.setPosition(self._spans[keep][0])
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
-        del self.steps[keep:]
         del self._spans[keep:]
+        del self._steps[keep:]
         if self.selected is not None and self.selected >= keep:
             self.selected = None
 
     def append_steps(self, steps: list[Step]) -> None:
+        """Show ``steps`` after the ones shown (they continue the bound store's list)."""
         if not steps:
             return
+        if getattr(self, "_store", None) is None:
+            self._steps.extend(steps)
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         for step in steps:
             start = cursor.position()
             text = visible_text(step.text) if step.text else ("∎" if step.is_eos else "·")
             cursor.insertText(text, self._format(step))
-            self.steps.append(step)
             self._spans.append((start, cursor.position()))
         self.ensureCursorVisible()
         bar = self.verticalScrollBar()

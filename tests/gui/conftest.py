@@ -50,7 +50,7 @@ def no_thread_left_running():
 
 @pytest.fixture
 def window(qtbot, store, autosave):
-    w = MainWindow(store=store, autoload=False, autosave_path=autosave)
+    w = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w)
     w.show()
     yield w
@@ -66,7 +66,8 @@ def load(qtbot, window, path, timeout=60000):
 
 
 def run(qtbot, window, action, timeout=60000):
-    with qtbot.waitSignal(window.runner.run_finished, timeout=timeout):
+    """Start a job with ``action()`` and wait until it succeeded and its records are drawn."""
+    with qtbot.waitSignal(window.runner.job_done, timeout=timeout):
         action()
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=5000)
     window.drain()

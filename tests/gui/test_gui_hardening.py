@@ -25,15 +25,16 @@ def set_settings(window, **changes):
 
 
 def produced(window):
-    session = window.runner.session
-    return len(session.history) if session is not None else 0
+    """Steps of the current run drawn so far."""
+    window.drain()
+    return len(window.store.steps)
 
 
 # -- nothing lost --------------------------------------------------------------------------------
 
 
 def test_autosave_restores_prompt_settings_and_run(qtbot, store, autosave, tiny_dir):
-    a = MainWindow(store=store, autoload=False, autosave_path=autosave)
+    a = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(a)
     load(qtbot, a, tiny_dir)
     set_settings(a, temperature=0.9, seed=12, max_new_tokens=30)
@@ -42,7 +43,7 @@ def test_autosave_restores_prompt_settings_and_run(qtbot, store, autosave, tiny_
     assert a.autosave()
     tokens = [s.token_id for s in a.steps]
     a.runner.shutdown()  # no closeEvent: as if the process died here
-    b = MainWindow(store=store, autoload=False, autosave_path=autosave)
+    b = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(b)
     assert b.restored_from_autosave
     assert b.prompt.toPlainText() == "keep me safe"
@@ -61,8 +62,8 @@ def test_autosave_survives_kill_during_generation(tmp_path, tiny_dir):
         from gui.app import make_app
         from gui.window import MainWindow
         app = make_app()
-        w = MainWindow(store=QSettings({str(tmp_path / "s.ini")!r}, QSettings.Format.IniFormat),
-                       autoload=False, autosave_path={str(autosave)!r})
+        ini = QSettings({str(tmp_path / "s.ini")!r}, QSettings.Format.IniFormat)
+        w = MainWindow(settings_store=ini, autoload=False, autosave_path={str(autosave)!r})
         w.show()
         started = []
         def go(busy):
@@ -141,7 +142,7 @@ def test_out_of_memory_while_loading_keeps_the_previous_model(qtbot, window, tin
     def oom(*_a, **_k):
         raise torch.OutOfMemoryError("out of memory")
 
-    monkeypatch.setattr("gui.worker.open_model", oom)
+    monkeypatch.setattr("engine.catalog.open_model", oom)
     with qtbot.waitSignal(window.runner.load_failed, timeout=10000):
         window.load_model("smollm2-135m")
     qtbot.waitUntil(lambda: not window.runner.busy)
@@ -149,7 +150,7 @@ def test_out_of_memory_while_loading_keeps_the_previous_model(qtbot, window, tin
 
 
 def test_stop_close_and_switch_a_hundred_times(qtbot, store, autosave, tiny_dir, tiny_t5_dir):
-    w = MainWindow(store=store, autoload=False, autosave_path=autosave)
+    w = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w)
     load(qtbot, w, tiny_dir)
     set_settings(w, max_new_tokens=100000)
@@ -171,8 +172,8 @@ def test_stop_close_and_switch_a_hundred_times(qtbot, store, autosave, tiny_dir,
             w.stop()
             qtbot.waitUntil(lambda: not w.runner.busy, timeout=30000)
         else:  # a whole window closed mid-generation
-            other = MainWindow(store=store, autoload=False, autosave_path=autosave)
-            other.runner.bundle = w.bundle
+            other = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
+            other.runner.workbench.adopt(w.bundle)
             other.bundle = w.bundle
             other.prompt.setPlainText("closing")
             other.sampler.set_settings(other.sampler.settings().with_(max_new_tokens=100000))
@@ -202,7 +203,7 @@ def rss_mb() -> float:
 
 
 def test_ten_thousand_tokens_memory_is_bounded_and_window_responsive(qtbot, window, tmp_path):
-    from gui.worker import KEEP_CANDIDATES
+    from engine.records import KEEP_FULL as KEEP_CANDIDATES
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
@@ -229,7 +230,7 @@ def test_ten_thousand_tokens_memory_is_bounded_and_window_responsive(qtbot, wind
     assert len(steps) == 10000 == len(window.pane.steps)
     assert all(len(s.candidates) <= 5 for s in steps[: 10000 - KEEP_CANDIDATES])
     assert all(len(s.candidates) == 50 for s in steps[-KEEP_CANDIDATES:])
-    history = window.runner.session.history
+    history = window.runner.workbench.session.history
     assert sum(len(s.candidates) for s in history) <= KEEP_CANDIDATES * 50 + 8000 * 5
     assert max(gaps) < 1.0, f"the event loop stalled for {max(gaps):.2f} s"
 
@@ -305,4 +306,5 @@ def test_bad_model_files_get_a_message(qtbot, window, tiny_dir, tmp_path, case):
 
 def test_model_without_chat_template_disables_the_toggle(qtbot, window, tiny_dir):
     load(qtbot, window, tiny_dir)
-    assert not window.chat_template.isEnabled() and not window.chat_template.isChecked()
+    toggle = window.prompt_box.chat_template
+    assert not toggle.isEnabled() and not toggle.isChecked()

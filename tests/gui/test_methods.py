@@ -1,5 +1,6 @@
 """Beam search, speculative decoding and the comparison view in the window."""
 
+import numpy as np
 import pytest
 from conftest import load, run
 from tokenizers import Tokenizer, models
@@ -33,10 +34,8 @@ def test_beam_search_draws_a_tree_and_shows_the_best(qtbot, window, tiny_dir):
     window.method.beams.setValue(3)
     set_settings(window, max_new_tokens=10)
     window.prompt.setPlainText("beams")
-    with qtbot.waitSignal(window.runner.beam_finished, timeout=60000) as blocker:
-        window.generate()
-    qtbot.waitUntil(lambda: not window.runner.busy)
-    result = blocker.args[0]
+    run(qtbot, window, window.generate)
+    result = window.store.beam_result
     b = window.bundle
     ref = beam_search(
         b.model,
@@ -50,9 +49,14 @@ def test_beam_search_draws_a_tree_and_shows_the_best(qtbot, window, tiny_dir):
     assert [s.token_id for s in window.pane.steps] == ref.token_ids
     assert len(window.beam_tree.events) == ref.steps
     assert window.tabs.currentWidget() is window.beam_tree
-    assert "n/a for beams" in window.entropy.getPlotItem().titleLabel.text
+    # each shown token has its own distribution (from its beam), so the plots work for beams
+    assert all(s.source == "beam" and len(s.candidates) == 50 for s in window.steps)
+    _, h = window.plots.entropy.curves["model"].getData()
+    np.testing.assert_allclose(h, [s.entropy_raw for s in window.steps])
     assert all(s.step_time > 0 for s in window.steps)
-    window.dist.bar_clicked.emit(0, 5)
+    with qtbot.waitSignal(window.runner.failed, timeout=10000):
+        window.dist.bar_clicked.emit(0, 5)
+    qtbot.waitUntil(lambda: not window.runner.busy)
     assert "Sampling method" in window.last_error
 
 
@@ -73,7 +77,7 @@ def test_speculative_equals_greedy_with_sources_and_stats(qtbot, window, tiny_di
     sources = {s.source for s in window.steps}
     assert sources <= {"draft", "target"} and "target" in sources
     assert window.method.stats.text().startswith("Accepted")
-    assert "draft accepted" in window.legend.text()
+    assert "draft accepted" in window.output.legend.text()
     if method == SPEC_DRAFT:
         assert "draft" in sources and "(100%)" in window.method.stats.text()
         assert window.pane.color_for(window.steps[0]).name() == window.theme.draft
@@ -91,17 +95,15 @@ def test_mismatched_draft_model_is_refused(qtbot, window, tiny_dir, tmp_path):
         window.load_draft(str(other))
     qtbot.waitUntil(lambda: not window.runner.busy)
     assert "different tokenizer" in window.last_error
-    assert window.runner.draft is None
+    assert window.runner.workbench.draft is None
 
 
 def test_compare_view_fills_the_table(qtbot, window, tiny_dir):
     load(qtbot, window, tiny_dir)
     set_settings(window, temperature=0, max_new_tokens=12)
     window.prompt.setPlainText("compare compare compare")
-    with qtbot.waitSignal(window.runner.compare_finished, timeout=120000) as blocker:
-        window.compare_view.run.click()
-    qtbot.waitUntil(lambda: not window.runner.busy)
-    results = blocker.args[0]
+    run(qtbot, window, window.compare_view.run.click, timeout=120000)
+    results = window.store.results
     table = window.compare_view.table
     # no draft model loaded: five methods (the fast path applies to this Llama model)
     assert table.rowCount() == len(results) == 5

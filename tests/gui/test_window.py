@@ -14,8 +14,9 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 
 def produced(window):
-    session = window.runner.session
-    return len(session.history) if session is not None else 0
+    """Steps of the current run drawn so far."""
+    window.drain()
+    return len(window.store.steps)
 
 
 def set_settings(window, **changes):
@@ -49,11 +50,11 @@ def test_generate_pane_and_plots_match_the_engine(qtbot, window, tiny_dir):
     n = window.dist.top_n
     widths = np.concatenate([window.dist.processed.opts["width"]])
     np.testing.assert_allclose(widths, [c.prob for c in last.candidates[:n]])
-    assert "Step 16" in window.dist_info.text()
+    assert "Step 16" in window.plots.dist_box.info.text()
     # one point per step on the speed and entropy plots
-    x, _ = window.speed.curves["running"].getData()
+    x, _ = window.plots.speed.curves["running"].getData()
     assert len(x) == 16
-    x, y = window.entropy.curves["model"].getData()
+    x, y = window.plots.entropy.curves["model"].getData()
     np.testing.assert_allclose(y, [s.entropy_raw for s in steps])
 
 
@@ -62,7 +63,7 @@ def test_slider_change_mid_run_applies_to_next_steps(qtbot, window, tiny_dir):
     set_settings(window, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=60)
     window.sampler.pacing.setValue(40)  # slow enough to act mid-run
     window.prompt.setPlainText("abc")
-    with qtbot.waitSignal(window.runner.run_finished, timeout=30000):
+    with qtbot.waitSignal(window.run_finished, timeout=30000):
         window.generate()
         qtbot.waitUntil(lambda: produced(window) >= 5, timeout=10000)
         window.sampler.rows["temperature"].field.setValue(0.0)
@@ -79,7 +80,7 @@ def test_stop_step_continue(qtbot, window, tiny_dir):
     set_settings(window, temperature=0.7, max_new_tokens=500)
     window.sampler.pacing.setValue(50)
     window.prompt.setPlainText("abc")
-    with qtbot.waitSignal(window.runner.run_finished, timeout=30000) as blocker:
+    with qtbot.waitSignal(window.run_finished, timeout=30000) as blocker:
         window.generate()
         qtbot.waitUntil(lambda: produced(window) >= 3, timeout=10000)
         window.stop()
@@ -115,11 +116,11 @@ def test_click_bar_branches_and_undo_restores(qtbot, window, tiny_dir):
     assert [s.token_id for s in window.pane.steps] == branched
     run(qtbot, window, window.undo)
     assert [s.token_id for s in window.steps] == original
-    assert not window.runner.can_undo()
+    assert not window.store.choices.can_undo
 
 
 def test_close_during_generation_leaves_no_thread(qtbot, store, autosave, tiny_dir):
-    w = MainWindow(store=store, autoload=False, autosave_path=autosave)
+    w = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w)
     w.show()
     load(qtbot, w, tiny_dir)
@@ -143,8 +144,8 @@ def test_switch_model_during_generation(qtbot, window, tiny_dir, tiny_t5_dir):
         window.load_model(str(tiny_t5_dir))
     qtbot.waitUntil(lambda: not window.runner.busy)
     assert window.bundle.is_encoder_decoder
-    assert "Encoder input" in window.prompt_label.text()
-    assert not window.chat_template.isEnabled()
+    assert "Encoder input" in window.prompt_box.label.text()
+    assert not window.prompt_box.chat_template.isEnabled()
     window.sampler.pacing.setValue(0)
     set_settings(window, max_new_tokens=8, temperature=0)
     window.prompt.setPlainText("date: 2024-03-05")
@@ -176,7 +177,7 @@ def test_empty_prompt_message(qtbot, window, tiny_dir):
 
 
 def test_settings_round_trip(qtbot, store, autosave, tiny_dir):
-    w = MainWindow(store=store, autoload=False, autosave_path=autosave)
+    w = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w)
     set_settings(
         w,
@@ -193,11 +194,11 @@ def test_settings_round_trip(qtbot, store, autosave, tiny_dir):
     w.sampler.pacing.setValue(4.5)
     w.set_theme("dark")
     w.set_zoom(16)
-    w.color_mode.setCurrentIndex(1)
+    w.output.color_mode.setCurrentIndex(1)
     w.prompt.setPlainText("remember me")
-    w.recents = [str(tiny_dir)]
+    w.picker.recents = [str(tiny_dir)]
     w.close()
-    w2 = MainWindow(store=store, autoload=False, autosave_path=autosave)
+    w2 = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w2)
     s = w2.sampler.settings()
     assert (s.temperature, s.top_k, s.top_p, s.min_p, s.repetition_penalty) == (
@@ -211,9 +212,9 @@ def test_settings_round_trip(qtbot, store, autosave, tiny_dir):
     assert w2.sampler.user_presets["Mine"].temperature == 1.3
     assert w2.sampler.pacing.value() == 4.5
     assert w2.theme.name == "dark" and w2.font_pt == 16
-    assert w2.color_mode.currentData() == "probability"
+    assert w2.output.color_mode.currentData() == "probability"
     assert w2.prompt.toPlainText() == "remember me"
-    assert w2.recents == [str(tiny_dir)]
+    assert w2.picker.recents == [str(tiny_dir)]
     assert store.value("version", type=int) == 1
     w2.close()
 
@@ -274,7 +275,7 @@ def test_keyboard_shortcuts_from_the_prompt(qtbot, window, tiny_dir):
     window.prompt.setPlainText("keys")
     window.activateWindow()
     window.prompt.setFocus()
-    with qtbot.waitSignal(window.runner.run_finished, timeout=20000) as blocker:
+    with qtbot.waitSignal(window.run_finished, timeout=20000) as blocker:
         qtbot.keyClick(window.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
         qtbot.waitUntil(lambda: window.runner.busy, timeout=5000)
         qtbot.waitUntil(lambda: produced(window) >= 2, timeout=10000)

@@ -1,0 +1,136 @@
+"""The window's areas, built declaratively: the prompt, the output, the distribution and the
+plots. They hold widgets; ``gui.views`` draws the run into them and ``gui.window`` wires them."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.widgets.beam_tree import BeamTreeView
+from gui.widgets.compare_view import CompareView
+from gui.widgets.plots import DistributionPlot, SeriesPlot, step_summary
+from gui.widgets.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
+
+
+def _shrinkable(label: QLabel) -> QLabel:
+    """A wrapping label that never widens its column."""
+    label.setWordWrap(True)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    return label
+
+
+class PromptBox(QGroupBox):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.label = _shrinkable(QLabel("Prompt"))
+        self.editor = QPlainTextEdit()
+        self.editor.setObjectName("prompt")
+        self.editor.setPlaceholderText("Type a prompt, then press Generate (Ctrl+Enter).")
+        self.chat_template = QCheckBox("Use the chat template")
+        self.chat_template.setToolTip(
+            "Wrap the prompt as a chat message, the way an instruct model was trained to see it."
+        )
+        layout = QVBoxLayout(self)
+        top = QHBoxLayout()
+        top.addWidget(self.label, 1)
+        top.addWidget(self.chat_template)
+        layout.addLayout(top)
+        layout.addWidget(self.editor)
+
+    def use_chat(self) -> bool:
+        return self.chat_template.isChecked() if self.chat_template.isEnabled() else False
+
+    def describe_model(self, encoder_decoder: bool, has_chat_template: bool) -> None:
+        self.label.setText(
+            "<b>Encoder input</b>: the encoder reads this once; the decoder then writes the "
+            "output below, token by token."
+            if encoder_decoder
+            else "<b>Prompt</b>: the model continues this text."
+        )
+        self.chat_template.setEnabled(has_chat_template)
+        self.chat_template.setChecked(has_chat_template)
+
+
+class OutputBox(QGroupBox):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Output: one box per token. Hover for details, click to inspect.", parent)
+        self.pane = TokenPane()
+        self.color_mode = QComboBox()
+        self.color_mode.setObjectName("color_mode")
+        self.color_mode.addItem("Colour by rank", COLOR_BY_RANK)
+        self.color_mode.addItem("Colour by probability", COLOR_BY_PROB)
+        self.color_mode.setToolTip("How each token's box is coloured.")
+        self.legend = _shrinkable(QLabel())
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        layout = QVBoxLayout(self)
+        row = QHBoxLayout()
+        row.addWidget(self.legend, 1)
+        row.addWidget(self.color_mode)
+        layout.addLayout(row)
+        layout.addWidget(self.pane, 1)
+
+
+class DistributionBox(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plot = DistributionPlot()
+        self.top_n = QSpinBox()
+        self.top_n.setObjectName("top_n")
+        self.top_n.setRange(5, 50)
+        self.top_n.setValue(20)
+        self.top_n.setToolTip("How many of the most likely tokens to show.")
+        self.hint = _shrinkable(QLabel("Click a bar to take that token instead."))
+        self.info = _shrinkable(QLabel(step_summary(None)))
+        self.info.setObjectName("dist_info")
+        self.info.setTextFormat(Qt.TextFormat.RichText)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(self.hint, 1)
+        row.addWidget(QLabel("Show top"))
+        row.addWidget(self.top_n)
+        layout.addLayout(row)
+        layout.addWidget(self.info)
+        layout.addWidget(self.plot, 1)
+        self.top_n.valueChanged.connect(self.plot.set_top_n)
+
+
+class PlotArea(QSplitter):
+    """Tabs (distribution, beam tree, comparison) over the speed and entropy curves."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Vertical, parent)
+        self.dist_box = DistributionBox()
+        self.speed = SeriesPlot(
+            "Speed", "tokens / s", [("running", "#1f6feb"), ("this step", "#e8772e")]
+        )
+        self.entropy = SeriesPlot(
+            "Entropy", "bits", [("model", "#1f6feb"), ("after sampler", "#e8772e")]
+        )
+        self.beam_tree = BeamTreeView()
+        self.compare_view = CompareView()
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("right_tabs")
+        self.tabs.addTab(self.dist_box, "Distribution")
+        self.tabs.addTab(self.beam_tree, "Beam tree")
+        self.tabs.addTab(self.compare_view, "Compare methods")
+        bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.addWidget(self.speed)
+        bottom.addWidget(self.entropy)
+        self.addWidget(self.tabs)
+        self.addWidget(bottom)
+        self.setStretchFactor(0, 3)
+        self.setStretchFactor(1, 2)

@@ -1,0 +1,121 @@
+"""What the window remembers: its settings (QSettings, one group per area, values not
+indices, a version key) and the autosave of the last run (nothing lost, even if the process is
+killed)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QSettings, QStandardPaths
+
+from engine.catalog import DEFAULT_MODEL
+from engine.export import write_atomic
+from engine.settings import SamplerSettings
+from gui.menus import BASE_FONT_PT
+from gui.widgets.model_picker import MAX_RECENTS
+from gui.widgets.token_pane import COLOR_BY_RANK
+
+if TYPE_CHECKING:
+    from gui.window import MainWindow
+
+SETTINGS_VERSION = 1
+
+
+def default_autosave_path() -> Path:
+    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
+    return Path(base or Path.home() / ".decoding-lab") / "autosave.json"
+
+
+def save_state(w: MainWindow, s: QSettings) -> None:
+    s.setValue("version", SETTINGS_VERSION)
+    s.beginGroup("window")
+    s.setValue("geometry", w.saveGeometry())
+    s.setValue("splitter", w.splitter.saveState())
+    s.setValue("theme", w.theme.name)
+    s.setValue("zoom", w.font_pt)
+    s.setValue("color_mode", w.output.color_mode.currentData())
+    s.setValue("top_n", w.plots.dist_box.top_n.value())
+    s.endGroup()
+    s.beginGroup("models")
+    s.setValue("last", w.bundle.source_key if w.bundle else "")
+    s.setValue("recents", json.dumps(w.picker.recents))
+    s.endGroup()
+    s.beginGroup("prompt")
+    s.setValue("text", w.prompt.toPlainText())
+    s.endGroup()
+    w.sampler.save_state(s)
+    w.method.save_state(s)
+    s.sync()
+
+
+def restore_state(w: MainWindow, s: QSettings) -> str:
+    """Apply the saved settings; returns the model to load first."""
+    s.beginGroup("window")
+    geometry = s.value("geometry")
+    if geometry is not None:
+        w.restoreGeometry(geometry)
+    splitter = s.value("splitter")
+    if splitter is not None:
+        w.splitter.restoreState(splitter)
+    theme = s.value("theme", "light", type=str)
+    zoom = s.value("zoom", BASE_FONT_PT, type=int)
+    mode = s.value("color_mode", COLOR_BY_RANK, type=str)
+    w.plots.dist_box.top_n.setValue(s.value("top_n", 20, type=int))
+    s.endGroup()
+    s.beginGroup("models")
+    initial = s.value("last", DEFAULT_MODEL, type=str) or DEFAULT_MODEL
+    try:
+        recents = [str(r) for r in json.loads(s.value("recents", "[]", type=str))]
+    except ValueError:
+        recents = []
+    w.picker.recents = recents[:MAX_RECENTS]
+    s.endGroup()
+    s.beginGroup("prompt")
+    w.prompt.setPlainText(s.value("text", "", type=str))
+    s.endGroup()
+    w.sampler.restore_state(s)
+    w.method.restore_state(s)
+    color = w.output.color_mode
+    color.setCurrentIndex(max(0, color.findData(mode)))
+    w.set_theme(theme)
+    w.set_zoom(zoom)
+    w.picker.fill()
+    return initial
+
+
+def write_autosave(w: MainWindow) -> bool:
+    """Write prompt, settings and the run (every step) atomically."""
+    head = {
+        "editor_prompt": w.prompt.toPlainText(),
+        "model": w.bundle.source_key if w.bundle else "",
+        "settings": w.sampler.settings().to_dict(),
+        "saved_at": time.time(),
+    }
+    try:
+        w.autosave_path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(w.autosave_path, w.store.autosave_text(head))
+    except OSError as exc:
+        w.status_text.setText(f"Could not autosave: {exc}")
+        return False
+    return True
+
+
+def read_autosave(w: MainWindow) -> bool:
+    """Restore the last run, if the autosave holds one; a damaged file is ignored."""
+    try:
+        data = json.loads(w.autosave_path.read_text(encoding="utf-8"))
+        settings = SamplerSettings.from_dict(data.get("settings", {}))
+        change = w.store.restore(data)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return False
+    w.prompt.setPlainText(data.get("editor_prompt", ""))
+    w.sampler.set_settings(settings)
+    w.views.apply(change, busy=False)
+    if w.store.steps:
+        w.status_text.setText(
+            f"Restored the last run ({len(w.store.steps)} tokens) from the autosave."
+        )
+    return True

@@ -1,0 +1,196 @@
+"""The run store: the one owner of the run the window shows. No Qt.
+
+The worker pushes engine records from its thread (``push``: an append to a deque, which is
+atomic). The window's timer calls ``drain`` on the GUI thread: the store applies the records
+(new run, steps, rewinds, beam events, reports, results, the summary), keeps its memory
+bounded, and returns a ``Change`` saying what the views must redraw. Export and the autosave
+read the store too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.export import run_to_csv, run_to_json, run_to_markdown, step_to_dict, steps_from_dict
+from engine.records import (
+    KEEP_FULL,
+    BeamEvent,
+    BeamResult,
+    ChoiceHistory,
+    MethodResult,
+    Rewind,
+    RunStarted,
+    RunSummary,
+    SpeculativeReport,
+    Step,
+    lighten_old,
+)
+
+AUTOSAVE_FORMAT = "decoding-lab-autosave/1"
+
+
+def _dumps(step: Step) -> str:
+    return json.dumps(step_to_dict(step), ensure_ascii=False)
+
+SERIES = ("running", "per_step", "h_raw", "h")
+
+
+@dataclass
+class Change:
+    """What one drain changed. Views truncate to ``start`` (when ``truncated``) and append
+    ``added``; the rest they take as given."""
+
+    reset: bool = False  # a new run: clear everything first
+    start: int = 0  # index of the first step in ``added``
+    truncated: bool = False  # steps from ``start`` on were replaced
+    added: list[Step] = field(default_factory=list)
+    beam_events: list[BeamEvent] = field(default_factory=list)
+    beam_result: BeamResult | None = None
+    report: SpeculativeReport | None = None
+    results: list[MethodResult] = field(default_factory=list)
+    summary: RunSummary | None = None
+    choices: ChoiceHistory | None = None
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.reset or self.truncated or self.added or self.beam_events or self.results
+            or self.beam_result or self.report or self.summary or self.choices
+        )  # fmt: skip
+
+
+class RunStore:
+    def __init__(self, keep_full: int | None = KEEP_FULL) -> None:
+        self.keep_full = keep_full
+        self.inbox: deque[Any] = deque()
+        self.version = 0  # bumped by every change, so savers know when to write
+        self.results: list[MethodResult] = []
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the run (the comparison results stay)."""
+        self.run: RunStarted | None = None
+        self.steps: list[Step] = []
+        self.series: dict[str, list[float]] = {k: [] for k in SERIES}
+        self.beam_events: list[BeamEvent] = []
+        self.beam_result: BeamResult | None = None
+        self.report: SpeculativeReport | None = None
+        self.summary: RunSummary | None = None
+        self.choices = ChoiceHistory(False, False)
+        self.restored = False  # the steps came from an autosave, not from this session
+        self._saved: list[str] = []  # each step's autosave JSON, written once
+        self.version += 1
+
+    # -- in (any thread) ---------------------------------------------------------------------
+
+    def push(self, record: Any) -> None:
+        self.inbox.append(record)
+
+    # -- out (GUI thread) --------------------------------------------------------------------
+
+    def drain(self) -> Change:
+        change = Change(start=len(self.steps))
+        shown = len(self.steps)  # what the views show before this drain
+        while self.inbox:
+            record = self.inbox.popleft()
+            if isinstance(record, Step):
+                self._append(record)
+            elif isinstance(record, Rewind):
+                self._truncate(record.keep)
+                change.start = min(change.start, record.keep)
+            elif isinstance(record, RunStarted):
+                self.clear()
+                self.run = record
+                change = Change(reset=True)
+                shown = 0
+            elif isinstance(record, BeamEvent):
+                self.beam_events.append(record)
+                change.beam_events.append(record)
+            elif isinstance(record, BeamResult):
+                self.beam_result = change.beam_result = record
+            elif isinstance(record, SpeculativeReport):
+                self.report = change.report = record
+            elif isinstance(record, MethodResult):
+                self.results.append(record)
+                change.results.append(record)
+            elif isinstance(record, RunSummary):
+                self.summary = change.summary = record
+            elif isinstance(record, ChoiceHistory):
+                self.choices = change.choices = record
+        change.truncated = change.start < shown
+        change.added = self.steps[change.start :]
+        if change:
+            self.version += 1
+        return change
+
+    def _append(self, step: Step) -> None:
+        self.steps.append(step)
+        self._saved.append(_dumps(step))
+        for i in lighten_old(self.steps, 1, self.keep_full):  # the autosave keeps what we keep
+            self._saved[i] = _dumps(self.steps[i])
+        s = self.series
+        s["running"].append(step.tokens_per_s)
+        s["per_step"].append(1.0 / step.step_time if step.step_time > 0 else 0.0)
+        s["h_raw"].append(step.entropy_raw)
+        s["h"].append(step.entropy)
+
+    def _truncate(self, keep: int) -> None:
+        del self.steps[keep:]
+        del self._saved[keep:]
+        for values in self.series.values():
+            del values[keep:]
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        return "".join(s.text for s in self.steps)
+
+    @property
+    def method(self) -> str | None:
+        return self.run.method if self.run else None
+
+    def can_continue(self) -> bool:
+        """Steps exist and the run did not end its answer or fill the context."""
+        return bool(self.steps) and not (self.summary is not None and self.summary.finished)
+
+    # -- files -------------------------------------------------------------------------------
+
+    def export(self, kind: str, model: str, settings: dict[str, Any]) -> str:
+        prompt = self.run.prompt if self.run else ""
+        if kind == "json":
+            return run_to_json(prompt, model, settings, self.steps)
+        if kind == "csv":
+            return run_to_csv(self.steps)
+        if kind == "md":
+            return run_to_markdown(prompt, model, settings, self.steps)
+        raise ValueError(f"unknown export format {kind!r}")
+
+    def autosave_text(self, head: dict[str, Any]) -> str:
+        """The autosave file: ``head`` (prompt, settings, ...) and every step. Each step was
+        serialised once, when it arrived, so a long run costs a join, not a walk."""
+        head = {"format": AUTOSAVE_FORMAT, **head}
+        if self.run is not None:
+            head.setdefault("method", self.run.method)
+            head.setdefault("prompt", self.run.prompt)
+        return (
+            json.dumps(head, ensure_ascii=False)[:-1]
+            + ', "steps": ['
+            + ",".join(self._saved)
+            + "]}"
+        )
+
+    def restore(self, data: dict[str, Any]) -> Change:
+        """Load an autosave's run (``data`` as ``autosave_text`` wrote it); returns the change
+        the views must draw. A damaged file raises ValueError (or KeyError, TypeError)."""
+        if data.get("format") != AUTOSAVE_FORMAT:
+            raise ValueError("not a Decoding Lab autosave")
+        steps = steps_from_dict(data)
+        run = RunStarted(data.get("method", "sampling"), data.get("prompt", ""), 0,
+                         data.get("settings", {}))  # fmt: skip
+        self.inbox.extend([run, *steps])
+        change = self.drain()
+        self.restored = True
+        return change

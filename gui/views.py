@@ -1,0 +1,134 @@
+"""Draws the run store into the widgets: the token pane, the distribution, the speed and
+entropy curves, the beam tree, the comparison table and the method's statistics. The window's
+timer calls ``apply`` with each drained ``Change``; nothing here runs on the worker thread."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtWidgets import QLabel
+
+from engine.records import SPEC_DRAFT, SPEC_NGRAM, SpeculativeReport
+from gui.panels import OutputBox, PlotArea
+from gui.store import Change, RunStore
+from gui.theme import BUCKET_LABELS, Theme
+from gui.widgets.method_panel import MethodPanel
+from gui.widgets.plots import step_summary
+from gui.widgets.token_pane import COLOR_BY_RANK
+
+DIST_EVERY = 3  # while generating: the distribution plot at 10 Hz (text stays at 30 Hz)
+SERIES_EVERY = 12  # and the speed/entropy curves at 2.5 Hz (offset by one frame); all when idle
+
+
+def report_text(st: SpeculativeReport) -> str:
+    by_pos = " ".join(f"{r:.0%}" for r in st.acceptance_by_position)
+    return (
+        f"Accepted {st.accepted} of {st.drafted} drafts ({st.acceptance_rate:.0%}); "
+        f"{st.mean_accepted_length:.2f} per check; "
+        f"{st.target_passes_per_token:.2f} target passes per token.\nBy position: {by_pos}"
+    )
+
+
+class RunView:
+    def __init__(
+        self,
+        store: RunStore,
+        output: OutputBox,
+        plots: PlotArea,
+        method: MethodPanel,
+        rate_label: QLabel,
+    ) -> None:
+        self.store = store
+        self.output, self.plots, self.method, self.rate_label = output, plots, method, rate_label
+        self.pane = output.pane
+        self.pane.bind(store)
+        self.selected: int | None = None
+        self._frame = 0
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def apply(self, change: Change, busy: bool) -> None:
+        if change.reset:
+            self.clear()
+        if change.truncated:
+            self.pane.truncate(change.start)
+            if self.selected is not None and self.selected >= change.start:
+                self.selected = None
+        self.pane.append_steps(change.added)
+        for event in change.beam_events:
+            self.plots.beam_tree.add_event(event)
+        if change.beam_result is not None:
+            self.plots.beam_tree.finish(change.beam_result)
+        if change.report is not None:
+            self.method.stats.setText(report_text(change.report))
+        for result in change.results:
+            self.plots.compare_view.add_result(result)
+        if change.reset or change.truncated or change.added:
+            self.redraw(busy)
+
+    def clear(self) -> None:
+        self.selected = None
+        self.pane.clear_tokens()
+        self.plots.beam_tree.clear_tree()
+        self.method.stats.setText("")
+        self.redraw(busy=False)
+
+    def select(self, index: int | None) -> None:
+        self.selected = index
+        self.pane.select(index)
+        self.redraw(busy=False)
+
+    def redraw(self, busy: bool) -> None:
+        """The distribution of the selected (or last) step and the per-step curves. While
+        generating, plots redraw less often than the text (painting holds the GIL the worker
+        needs), and never both in one frame."""
+        steps = self.store.steps
+        dist, info = self.plots.dist_box.plot, self.plots.dist_box.info
+        speed, entropy = self.plots.speed, self.plots.entropy
+        if not steps:
+            dist.set_step(None)
+            info.setText(step_summary(None))
+            speed.clear_series()
+            entropy.clear_series()
+            self.rate_label.setText("")
+            return
+        index = self.selected if self.selected is not None and self.selected < len(steps) else -1
+        self._frame += 1
+        if not busy or self._frame % DIST_EVERY == 0:
+            dist.set_step(steps[index])
+            info.setText(step_summary(steps[index]))
+        if busy and self._frame % SERIES_EVERY != 1:
+            return
+        x = np.arange(1, len(steps) + 1)
+        series = {k: np.asarray(v) for k, v in self.store.series.items()}
+        last = steps[-1]
+        speed.set_series(
+            x, {"running": series["running"], "this step": series["per_step"]},
+            f"{last.tokens_per_s:.1f} tok/s · {last.step_time * 1000:.0f} ms/token",
+        )  # fmt: skip
+        entropy.set_series(
+            x, {"model": series["h_raw"], "after sampler": series["h"]},
+            f"entropy {last.entropy_raw:.2f} bits ≈ {2 ** last.entropy_raw:.0f} tokens",
+        )  # fmt: skip
+        marker = self.selected + 1 if self.selected is not None else None
+        speed.mark(marker)
+        entropy.mark(marker)
+        self.rate_label.setText(f"{len(steps)} tokens · {last.tokens_per_s:.1f} tok/s")
+
+    # -- colours -----------------------------------------------------------------------------
+
+    def update_legend(self, theme: Theme) -> None:
+        t = theme
+
+        def chip(color: str, label: str) -> str:
+            return f"<span style='background:{color}; color:{t.text}'>&nbsp;{label}&nbsp;</span>"
+
+        if self.method.current() in (SPEC_NGRAM, SPEC_DRAFT):
+            draft, target = chip(t.draft, "draft accepted"), chip(t.target, "chosen by the target")
+            self.output.legend.setText(f"Speculative: {draft} {target}")
+            return
+        if self.pane.mode == COLOR_BY_RANK:
+            pairs = zip(t.buckets, BUCKET_LABELS, strict=True)
+            text = "Rank of the chosen token: " + " ".join(chip(c, label) for c, label in pairs)
+        else:
+            text = f"Probability: {chip(t.prob_low, '0%')} → {chip(t.prob_high, '100%')}"
+        self.output.legend.setText(f"{text} {chip(t.forced, 'chosen by you')}")

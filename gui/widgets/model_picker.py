@@ -1,0 +1,77 @@
+"""Pick a bundled model, a recent one, or open another (folder, GGUF file, Hugging Face id)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import QComboBox, QFileDialog, QInputDialog, QWidget
+
+from engine.catalog import BUNDLED
+
+OPEN_FOLDER, OPEN_GGUF, OPEN_HUB = "action:folder", "action:gguf", "action:hub"
+MAX_RECENTS = 8
+
+
+class ModelPicker(QComboBox):
+    """Emits ``source_chosen`` with a bundled name, a path or a hub id."""
+
+    source_chosen = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("model_picker")
+        self.setMinimumWidth(280)
+        self.setToolTip("Pick a bundled model, a recent one, or open another.")
+        self.recents: list[str] = []
+        self.current_key: str | None = None
+        self.activated.connect(self._picked)
+        self.fill()
+
+    def remember(self, source: str) -> None:
+        """``source`` was loaded: first among the recents, and selected."""
+        if source in self.recents:
+            self.recents.remove(source)
+        self.recents.insert(0, source)
+        del self.recents[MAX_RECENTS:]
+        self.current_key = source
+        self.fill()
+
+    def fill(self, pending: str | None = None) -> None:
+        """Rebuild the list; select the current model, or ``pending`` while it loads."""
+        self.blockSignals(True)
+        self.clear()
+        for m in BUNDLED.values():
+            self.addItem(f"{m.title}  [{m.kind}]", m.name)
+            self.setItemData(self.count() - 1, m.description, Qt.ItemDataRole.ToolTipRole)
+        for source in self.recents:
+            if source not in BUNDLED:
+                self.addItem(f"Recent: {source}", source)
+        self.insertSeparator(self.count())
+        self.addItem("Open folder…", OPEN_FOLDER)
+        self.addItem("Open GGUF file…", OPEN_GGUF)
+        self.addItem("Hugging Face id…", OPEN_HUB)
+        key = pending or self.current_key
+        if key is not None and self.findData(key) >= 0:
+            self.setCurrentIndex(self.findData(key))
+        self.blockSignals(False)
+
+    @Slot(int)
+    def _picked(self, index: int) -> None:
+        data = self.itemData(index)
+        source: str | None = None
+        if data == OPEN_FOLDER:
+            source = QFileDialog.getExistingDirectory(self, "Open a model folder")
+        elif data == OPEN_GGUF:
+            source, _ = QFileDialog.getOpenFileName(
+                self, "Open a GGUF file", "", "GGUF files (*.gguf)"
+            )
+        elif data == OPEN_HUB:
+            text, ok = QInputDialog.getText(
+                self, "Hugging Face model", "Model id (for example gpt2):"
+            )
+            source = text.strip() if ok else None
+        else:
+            source = data
+        if source:
+            self.source_chosen.emit(source)
+        else:
+            self.fill()
