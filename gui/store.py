@@ -35,6 +35,7 @@ AUTOSAVE_FORMAT = "decoding-lab-autosave/1"
 def _dumps(step: Step) -> str:
     return json.dumps(step_to_dict(step), ensure_ascii=False)
 
+
 SERIES = ("running", "per_step", "h_raw", "h")
 
 

@@ -5,7 +5,6 @@ import threading
 import time
 
 import numpy as np
-
 import pytest
 from conftest import load, run
 
