@@ -45,6 +45,21 @@ from engine.session import Record, SessionBase
 from engine.settings import DEFAULT_SETTINGS, SamplerSettings
 
 
+class _Beams:
+    """The search's state between steps."""
+
+    def __init__(self, prompt: list[int], n: int, max_length: int, device: torch.device) -> None:
+        self.prompt_len = len(prompt)
+        self.max_length = max_length
+        self.seqs = [list(prompt) for _ in range(n)]
+        self.scores = torch.full((n,), -1e9, device=device)
+        self.scores[0] = 0.0  # only beam 0 is live at first: all beams are the same prompt
+        self.nodes = [0] * n  # the tree node each beam ends at (0: the prompt)
+        self.finished: list[tuple[float, list[int], int]] = []  # (score, seq, node), best first
+        self.improvable = True
+        self.next_id, self.cur_len, self.depth = 1, self.prompt_len, 0
+
+
 class BeamSession(SessionBase):
     """``for record in session.stream(): ...`` then ``session.result``; or ``session.run()``."""
 
@@ -149,98 +164,101 @@ class BeamSession(SessionBase):
     def _steps(self, budget: int) -> Iterator[list[Record]]:
         """One list of records per beam step; the last one ends the run."""
         started = time.perf_counter()
-        n = self.num_beams
-        prompt_len = len(self.ids)
-        max_length = prompt_len + budget
+        max_length = len(self.ids) + budget
         if self.max_context is not None:
             max_length = min(max_length, self.max_context)
-        seqs = [list(self.ids) for _ in range(n)]
-        scores = torch.full((n,), -1e9, device=self.device)
-        scores[0] = 0.0  # only beam 0 is live at first: all beams are the same prompt
-        beam_nodes = [0] * n
-        finished: list[tuple[float, list[int], int]] = []  # (score, seq, node id), best first
-        improvable = True
-        next_id, cur_len, depth = 1, prompt_len, 0
+        b = _Beams(self.ids, self.num_beams, max_length, self.device)
         logits, cache, extra = self._start()
         while True:
             tick = time.perf_counter()
-            depth += 1
-            at_limit = cur_len + 1 >= max_length
-            tops = self._candidates(logits, seqs, scores, at_limit)
-            top_scores, src, tok, hits, token_logp = tops
-            # Finished hypotheses: only candidates ranked in the top N may finish.
-            gen_len = cur_len + 1 - prompt_len
-            statuses = [PRUNED] * len(tok)
-            final_scores: list[float | None] = [None] * len(tok)
-            if improvable and not (len(finished) == n and self.early_stopping is True):
-                for j in range(min(n, len(tok))):
-                    if hits[j]:
-                        final = top_scores[j] / (gen_len**self.length_penalty)
-                        finished.append((final, seqs[src[j]] + [tok[j]], next_id + j))
-                        statuses[j], final_scores[j] = FINISHED, final
-                finished.sort(key=lambda h: -h[0])
-                kept_ids = {h[2] for h in finished[:n]}
-                for j in range(len(tok)):
-                    if statuses[j] == FINISHED and next_id + j not in kept_ids:
-                        statuses[j] = PRUNED  # finished, but worse than N better hypotheses
-                del finished[n:]
+            b.depth += 1
+            cands = self._candidates(logits, b.seqs, b.scores, b.cur_len + 1 >= max_length)
+            statuses, final_scores = self._finish(b, cands)
+            top_scores, src, tok, hits, token_logp = cands
             # The best N unfinished candidates carry on.
             masked = torch.tensor(top_scores) + torch.tensor(hits, dtype=torch.float) * -1e9
-            order = torch.topk(masked, n).indices.tolist()
+            order = torch.topk(masked, self.num_beams).indices.tolist()
             for j in order:
                 if not hits[j]:
                     statuses[j] = RUNNING
             nodes = tuple(
                 BeamNode(
-                    node_id=next_id + j,
-                    parent=beam_nodes[src[j]],
+                    node_id=b.next_id + j,
+                    parent=b.nodes[src[j]],
                     token_id=tok[j],
                     text=self.text_track.show(tok[j]),
                     logprob=token_logp[j],
                     score=top_scores[j],
-                    depth=depth,
+                    depth=b.depth,
                     status=statuses[j],
                     final_score=final_scores[j],
                 )  # fmt: skip
                 for j in range(len(tok))
             )
             self.nodes.update((node.node_id, node) for node in nodes)
-            scores = masked[order].to(self.device)
-            seqs = [seqs[src[j]] + [tok[j]] for j in order]
-            beam_nodes = [next_id + j for j in order]
-            next_id += len(tok)
+            b.scores = masked[order].to(self.device)
+            b.seqs = [b.seqs[src[j]] + [tok[j]] for j in order]
+            b.nodes = [b.next_id + j for j in order]
+            b.next_id += len(tok)
             cache.reorder_cache(torch.tensor([src[j] for j in order], device=self.device))
-            cur_len += 1
-            live = tuple(node for node, j in zip(beam_nodes, order, strict=True) if not hits[j])
-            event = BeamEvent(depth, nodes, live, tuple(h[2] for h in finished))
-            # Can a running beam still beat the worst finished hypothesis?
-            if self.early_stopping == "never" and self.length_penalty > 0:
-                best_len = max_length - prompt_len
-            else:
-                best_len = cur_len - prompt_len
-            best_possible = float(masked[order[0]]) / (best_len**self.length_penalty)
-            worst = finished[-1][0] if len(finished) == n else -1e9
-            improvable = improvable and best_possible > worst
-            done = not improvable or (len(finished) == n and self.early_stopping is True)
-            done = done or all(hits)
+            b.cur_len += 1
+            live = tuple(node for node, j in zip(b.nodes, order, strict=True) if not hits[j])
+            event = BeamEvent(b.depth, nodes, live, tuple(h[2] for h in b.finished))
+            done = self._done(b, float(masked[order[0]])) or all(hits)
             self._measure_nodes(nodes, time.perf_counter() - tick)
             if done:
                 hyps = tuple(
-                    BeamHypothesis(tuple(seq[prompt_len:]), score, node)
-                    for score, seq, node in finished
+                    BeamHypothesis(tuple(seq[b.prompt_len :]), score, node)
+                    for score, seq, node in b.finished
                 )
-                self.result = BeamResult(
-                    hyps, depth, self.forward_passes, time.perf_counter() - started
-                )
+                seconds = time.perf_counter() - started
+                self.result = BeamResult(hyps, b.depth, self.forward_passes, seconds)
                 records = [event, *self._show_path(self.result.best.node_id), self.result]
                 self.finished = True
                 self.stop_reason = self.stop_reason or "max_new_tokens"
                 yield records
                 return
-            yield [event, *self._show_path(beam_nodes[0])]
-            logits, cache = self._forward(
-                torch.tensor([s[-1] for s in seqs], device=self.device), cache, extra
-            )
+            yield [event, *self._show_path(b.nodes[0])]
+            last = torch.tensor([seq[-1] for seq in b.seqs], device=self.device)
+            logits, cache = self._forward(last, cache, extra)
+
+    def _finish(
+        self, b: _Beams, cands: tuple[list[float], list[int], list[int], list[bool], list[float]]
+    ) -> tuple[list[str], list[float | None]]:
+        """Finished hypotheses: only candidates ranked in the top N may finish; a finished one
+        worse than N better hypotheses is pruned. Returns each candidate's status so far."""
+        top_scores, src, tok, hits, _ = cands
+        n = self.num_beams
+        statuses = [PRUNED] * len(tok)
+        final_scores: list[float | None] = [None] * len(tok)
+        if not b.improvable or (len(b.finished) == n and self.early_stopping is True):
+            return statuses, final_scores
+        gen_len = b.cur_len + 1 - b.prompt_len
+        for j in range(min(n, len(tok))):
+            if hits[j]:
+                final = top_scores[j] / (gen_len**self.length_penalty)
+                b.finished.append((final, b.seqs[src[j]] + [tok[j]], b.next_id + j))
+                statuses[j], final_scores[j] = FINISHED, final
+        b.finished.sort(key=lambda h: -h[0])
+        kept_ids = {h[2] for h in b.finished[:n]}
+        for j in range(len(tok)):
+            if statuses[j] == FINISHED and b.next_id + j not in kept_ids:
+                statuses[j] = PRUNED
+        del b.finished[n:]
+        return statuses, final_scores
+
+    def _done(self, b: _Beams, best_running: float) -> bool:
+        """Whether the search ends: no running beam can beat the worst finished hypothesis
+        (transformers' heuristic), or N are finished with ``early_stopping=True``."""
+        n = self.num_beams
+        if self.early_stopping == "never" and self.length_penalty > 0:
+            best_len = b.max_length - b.prompt_len
+        else:
+            best_len = b.cur_len - b.prompt_len
+        best_possible = best_running / (best_len**self.length_penalty)
+        worst = b.finished[-1][0] if len(b.finished) == n else -1e9
+        b.improvable = b.improvable and best_possible > worst
+        return not b.improvable or (len(b.finished) == n and self.early_stopping is True)
 
     def _candidates(
         self, logits: torch.Tensor, seqs: list[list[int]], scores: torch.Tensor, at_limit: bool

@@ -25,6 +25,87 @@ from engine.settings import SamplerSettings
 from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession, check_same_tokenizer
 
 
+class _Comparison:
+    """The methods on one prompt and seed; each ``row`` runs one and times it."""
+
+    def __init__(
+        self, bundle: ModelBundle, prompt_ids: Sequence[int], settings: SamplerSettings,
+        max_new_tokens: int, num_beams: int, gamma: int, drafter: ModelBundle | None, fast: bool,
+    ) -> None:  # fmt: skip
+        self.bundle, self.ids, self.settings = bundle, list(prompt_ids), settings
+        self.n, self.num_beams, self.gamma = max_new_tokens, num_beams, gamma
+        self.drafter, self.fast = drafter, fast
+        greedy = settings.with_(temperature=0.0)
+        self.plain(True, greedy.with_(max_new_tokens=2))  # first-call allocations, lazy kernels
+        self.reference = self.plain(True, greedy).generated_ids
+
+    def plain(self, use_cache: bool, s: SamplerSettings, fast: bool = False) -> GenerationSession:
+        b = self.bundle
+        session = GenerationSession(
+            b.model, self.ids, s, eos_token_ids=b.eos_token_ids, top_n=1,
+            max_context=b.context_length, use_cache=use_cache, fast=fast,
+        )  # fmt: skip
+        for _ in session.stream(self.n):
+            pass
+        return session
+
+    def result(
+        self, row: str, ids: Sequence[int], secs: float, passes: int, **extra: Any
+    ) -> MethodResult:
+        text = self.bundle.tokenizer.decode(list(ids), skip_special_tokens=True)
+        same = list(ids) == self.reference
+        return MethodResult(row, tuple(ids), text, secs, passes, identical_to_greedy=same, **extra)
+
+    def row(self, row: str) -> MethodResult | None:
+        """One method's result; None when it does not apply (no draft model, no fast path)."""
+        b = self.bundle
+        if row == ROW_PLAIN_FAST:
+            from engine.fastpath import supports
+
+            if supports(b.model) is not None or b.is_encoder_decoder:
+                return None
+            self.plain(True, self.settings.with_(max_new_tokens=2, temperature=0), fast=True)
+            session, secs = timed(b.device, lambda: self.plain(True, self.settings, fast=True))
+            return self.result(row, session.generated_ids, secs, session.forward_passes)
+        if row in (ROW_PLAIN, ROW_PLAIN_NO_CACHE):
+            session, secs = timed(b.device, lambda: self.plain(row == ROW_PLAIN, self.settings))
+            return self.result(row, session.generated_ids, secs, session.forward_passes)
+        if row == ROW_BEAM:
+            beam = BeamSession(
+                b.model, self.ids, self.settings.with_(max_new_tokens=self.n),
+                num_beams=self.num_beams, eos_token_ids=b.eos_token_ids, top_n=1,
+            )  # fmt: skip
+            found, secs = timed(b.device, beam.run)
+            name = f"{ROW_BEAM} ({self.num_beams})"
+            return self.result(name, found.token_ids, secs, found.forward_passes)
+        if row in (ROW_SPEC_DRAFT, ROW_SPEC_NGRAM):
+            return self.speculative(row)
+        raise ValueError(f"unknown method {row!r}: choose from {', '.join(COMPARE_ROWS)}")
+
+    def speculative(self, row: str) -> MethodResult | None:
+        b = self.bundle
+        if row == ROW_SPEC_DRAFT:
+            if self.drafter is None:
+                return None
+            check_same_tokenizer(b.tokenizer, self.drafter.tokenizer)
+            enc = self.ids if self.drafter.is_encoder_decoder else None
+            draft: ModelDrafter | NGramDrafter = ModelDrafter(self.drafter.model, enc)
+        else:
+            draft = NGramDrafter()
+        spec = SpeculativeSession(
+            b.model, self.ids, draft, self.settings, eos_token_ids=b.eos_token_ids,
+            gamma=self.gamma, top_n=1, seed=self.settings.seed, max_context=b.context_length,
+            fast=self.fast,
+        )  # fmt: skip
+        ids, secs = timed(b.device, lambda: spec.run(self.n))
+        st = spec.stats
+        return self.result(
+            f"{row} (γ={self.gamma})", ids, secs, st.target_passes, acceptance=st.acceptance_rate,
+            mean_accepted=st.mean_accepted_length,
+            note=f"{st.drafter_passes} draft passes" if row == ROW_SPEC_DRAFT else "",
+        )  # fmt: skip
+
+
 def compare_iter(
     bundle: ModelBundle,
     prompt_ids: Sequence[int],
@@ -39,74 +120,15 @@ def compare_iter(
     """Each method once after a short warm-up, yielding its result as soon as it finishes
     ("identical" compares with plain greedy). ``fast`` makes the speculative methods use the
     lean decode path (plain, fast path always does; plain, KV cache never does)."""
-    model, eos = bundle.model, bundle.eos_token_ids
-    greedy = settings.with_(temperature=0.0)
-
-    def decode(ids: Sequence[int]) -> str:
-        return bundle.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def plain(use_cache: bool, s: SamplerSettings, fast: bool = False) -> GenerationSession:
-        session = GenerationSession(
-            model, prompt_ids, s, eos_token_ids=eos, top_n=1, max_context=bundle.context_length,
-            use_cache=use_cache, fast=fast,
-        )  # fmt: skip
-        for _ in session.stream(max_new_tokens):
-            pass
-        return session
-
-    def result(
-        row: str, ids: Sequence[int], secs: float, passes: int, **extra: object
-    ) -> MethodResult:
-        return MethodResult(
-            row, tuple(ids), decode(ids), secs, passes, identical_to_greedy=list(ids) == reference,
-            **extra,  # type: ignore[arg-type]
-        )  # fmt: skip
-
     yield Progress("Warming up and running plain greedy for the reference")
-    plain(True, greedy.with_(max_new_tokens=2))  # first-call allocations, lazy kernels
-    reference = plain(True, greedy).generated_ids
+    comparison = _Comparison(
+        bundle, prompt_ids, settings, max_new_tokens, num_beams, gamma, drafter, fast
+    )
     for i, row in enumerate(rows):
         yield Progress(f"Running {row} ({i + 1} of {len(rows)})", i / len(rows))
-        if row == ROW_PLAIN_FAST:
-            from engine.fastpath import supports
-
-            if supports(model) is not None or bundle.is_encoder_decoder:
-                continue
-            plain(True, greedy.with_(max_new_tokens=2), fast=True)  # warm-up
-            session, secs = timed(bundle.device, lambda: plain(True, settings, fast=True))
-            yield result(row, session.generated_ids, secs, session.forward_passes)
-        elif row in (ROW_PLAIN, ROW_PLAIN_NO_CACHE):
-            session, secs = timed(bundle.device, lambda c=row == ROW_PLAIN: plain(c, settings))
-            yield result(row, session.generated_ids, secs, session.forward_passes)
-        elif row == ROW_BEAM:
-            beam = BeamSession(
-                model, prompt_ids, settings.with_(max_new_tokens=max_new_tokens),
-                num_beams=num_beams, eos_token_ids=eos, top_n=1,
-            )  # fmt: skip
-            found, secs = timed(bundle.device, beam.run)
-            yield result(f"{ROW_BEAM} ({num_beams})", found.token_ids, secs, found.forward_passes)
-        elif row in (ROW_SPEC_DRAFT, ROW_SPEC_NGRAM):
-            if row == ROW_SPEC_DRAFT:
-                if drafter is None:
-                    continue
-                check_same_tokenizer(bundle.tokenizer, drafter.tokenizer)
-                enc = prompt_ids if drafter.is_encoder_decoder else None
-                draft: ModelDrafter | NGramDrafter = ModelDrafter(drafter.model, enc)
-            else:
-                draft = NGramDrafter()
-            spec = SpeculativeSession(
-                model, prompt_ids, draft, settings, eos_token_ids=eos, gamma=gamma, top_n=1,
-                seed=settings.seed, max_context=bundle.context_length, fast=fast,
-            )  # fmt: skip
-            ids, secs = timed(bundle.device, lambda sp=spec: sp.run(max_new_tokens))
-            st = spec.stats
-            note = f"{st.drafter_passes} draft passes" if row == ROW_SPEC_DRAFT else ""
-            yield result(
-                f"{row} (γ={gamma})", ids, secs, st.target_passes, acceptance=st.acceptance_rate,
-                mean_accepted=st.mean_accepted_length, note=note,
-            )  # fmt: skip
-        else:
-            raise ValueError(f"unknown method {row!r}: choose from {', '.join(COMPARE_ROWS)}")
+        result = comparison.row(row)
+        if result is not None:
+            yield result
 
 
 def compare_methods(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -345,6 +346,21 @@ class Chain:
 
 
 _NO_IDS = torch.empty((1, 0), dtype=torch.long)
+
+
+class Sampler(Protocol):
+    """Turns raw logits into probabilities and picks a token (``Chain``, or
+    the seed-compatible processors through ``engine.compat.CompatSampler``)."""
+
+    greedy: bool
+    uses_ids: bool
+    labels: tuple[str, ...]
+
+    def probs(
+        self, input_ids: torch.Tensor | None, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+    def pick(self, probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
 
 
 def pick(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> torch.Tensor:

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from engine.device import context_length, vocab_size
-from engine.errors import EmptyPromptError, NonFiniteLogitsError
+from engine.device import vocab_size
+from engine.errors import NonFiniteLogitsError
 from engine.measure import Measured, measure
-from engine.processors import build_chain
+from engine.processors import Sampler, build_chain
+from engine.prompt import decode_start
 from engine.records import (
     KEEP_FULL,
     SAMPLING,
@@ -40,69 +40,6 @@ from engine.stepper import ModelStepper, Stepper, make_stepper
 from engine.text import TextTrack
 
 Record = Any  # Step | Rewind | engine.records.BeamEvent | SpeculativeReport | ...
-
-
-class Sampler(Protocol):
-    """Turns raw logits into probabilities and picks a token (``engine.processors.Chain``, or
-    the seed-compatible processors through ``engine.compat.CompatSampler``)."""
-
-    greedy: bool
-    uses_ids: bool
-    labels: tuple[str, ...]
-
-    def probs(
-        self, input_ids: torch.Tensor | None, logits: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
-
-    def pick(self, probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
-
-
-def as_id_list(ids: int | Iterable[int] | None) -> list[int]:
-    if ids is None:
-        return []
-    if isinstance(ids, int):
-        return [ids]
-    return [int(i) for i in ids]
-
-
-@dataclass(frozen=True)
-class DecodeStart:
-    """Where a run starts: the decoder sequence, the encoder input (encoder-decoder only), the
-    EOS ids and the context limit."""
-
-    is_encoder_decoder: bool
-    eos_token_ids: tuple[int, ...]
-    encoder_ids: list[int]
-    ids: list[int]
-    max_context: int | None
-
-
-def decode_start(
-    model: torch.nn.Module,
-    prompt_ids: Sequence[int],
-    eos_token_ids: int | Iterable[int] | None,
-    max_context: int | None,
-) -> DecodeStart:
-    prompt = [int(i) for i in prompt_ids]
-    if not prompt:
-        raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
-    if eos_token_ids is None:
-        eos_token_ids = getattr(model.config, "eos_token_id", None)
-    eos = tuple(as_id_list(eos_token_ids))
-    if getattr(model.config, "is_encoder_decoder", False):
-        start = model.config.decoder_start_token_id
-        if start is None:
-            raise ValueError(
-                "This encoder-decoder model has no decoder_start_token_id in its config."
-            )
-        return DecodeStart(True, eos, prompt, [int(start)], max_context)
-    limit = max_context or context_length(model)
-    if limit is not None and len(prompt) >= limit:
-        raise ValueError(
-            f"The prompt has {len(prompt)} tokens but the model's context holds {limit}: "
-            "shorten the prompt."
-        )
-    return DecodeStart(False, eos, [], prompt, limit)
 
 
 def step_seed(seed: int, index: int) -> int:

@@ -29,9 +29,9 @@ import torch
 
 from engine.errors import DrafterMismatchError
 from engine.measure import measure
-from engine.processors import pick
+from engine.processors import Sampler, pick
 from engine.records import KEEP_FULL, SPEC_DRAFT, SPEC_NGRAM, SpeculativeReport
-from engine.session import Record, Sampler, SessionBase
+from engine.session import Record, SessionBase
 from engine.settings import DEFAULT_SETTINGS, SamplerSettings
 from engine.stepper import make_stepper
 

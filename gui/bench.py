@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,13 +19,16 @@ import torch
 from engine.bench import line, ours_rate
 from engine.models import ModelBundle
 
+if TYPE_CHECKING:
+    from gui.window import MainWindow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_gui_bench(
     bundle: ModelBundle, say: Callable[[str], None], new_tokens: int = 128
 ) -> dict[str, Any]:
-    from gui.app import Heartbeat, isolated_window, make_app, wait_for_run
+    from gui.app import isolated_window, make_app
     from gui.runtime import import_engine
 
     make_app()
@@ -38,25 +41,9 @@ def run_gui_bench(
     window.sampler.set_settings(
         window.sampler.settings().with_(temperature=0.0, max_new_tokens=new_tokens)
     )
-    # a warm-up run, then the window and the headless engine alternately, twice each: the
-    # machine's drift between runs is as large as the difference being measured
-    results: dict[str, Any] = {}
     ids = bundle.encode_prompt(prompt)
-    gui_rates: list[float] = []
-    headless_rates: list[float] = []
-    gaps: list[float] = []
-    for attempt in range(3):
-        heartbeat = Heartbeat()
-        heartbeat.start()
-        run = wait_for_run(window, window.generate, 600, "the run")
-        beats = heartbeat.stop()
-        if run is None:
-            raise RuntimeError(f"the window's run failed: {window.last_error}")
-        if attempt == 0:
-            continue
-        gaps += beats[1:]
-        gui_rates.append(run.tokens_per_s)
-        headless_rates.append(ours_rate(bundle, ids, len(window.steps), fast=True, top_n=50)[0])
+    gui_rates, headless_rates, gaps = alternate_runs(window, bundle, ids)
+    results: dict[str, Any] = {}
     gui_rate, headless = float(np.mean(gui_rates)), float(np.mean(headless_rates))
     say(
         line(
@@ -93,6 +80,32 @@ def run_gui_bench(
     )
     window.close()
     return results
+
+
+def alternate_runs(
+    window: MainWindow, bundle: ModelBundle, ids: list[int]
+) -> tuple[list[float], list[float], list[float]]:
+    """A warm-up run, then the window and the headless engine alternately, twice each (the
+    machine's drift between runs is as large as the difference being measured). Returns the
+    window's rates, the engine's, and the event loop's gaps during the window's runs."""
+    from gui.app import Heartbeat, wait_for_run
+
+    gui_rates: list[float] = []
+    headless_rates: list[float] = []
+    gaps: list[float] = []
+    for attempt in range(3):
+        heartbeat = Heartbeat()
+        heartbeat.start()
+        run = wait_for_run(window, window.generate, 600, "the run")
+        beats = heartbeat.stop()
+        if run is None:
+            raise RuntimeError(f"the window's run failed: {window.last_error}")
+        if attempt == 0:
+            continue
+        gaps += beats[1:]
+        gui_rates.append(run.tokens_per_s)
+        headless_rates.append(ours_rate(bundle, ids, len(window.steps), fast=True, top_n=50)[0])
+    return gui_rates, headless_rates, gaps
 
 
 STARTUP_CHILD = r"""

@@ -11,9 +11,12 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
+    QProgressBar,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QSplitter,
+    QStatusBar,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -21,7 +24,9 @@ from PySide6.QtWidgets import (
 
 from gui.widgets.beam_tree import BeamTreeView
 from gui.widgets.compare_view import CompareView
+from gui.widgets.method_panel import MethodPanel
 from gui.widgets.plots import DistributionPlot, SeriesPlot, step_summary
+from gui.widgets.sampler_panel import SamplerPanel
 from gui.widgets.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
 
 
@@ -30,6 +35,45 @@ def _shrinkable(label: QLabel) -> QLabel:
     label.setWordWrap(True)
     label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     return label
+
+
+class ControlsColumn(QScrollArea):
+    """The method and the sampler, scrolling when the window is short."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.method = MethodPanel()
+        self.sampler = SamplerPanel()
+        inner = QWidget()
+        column = QVBoxLayout(inner)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.method)
+        column.addWidget(self.sampler, 1)
+        self.setWidget(inner)
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+
+class StatusArea:
+    """The status bar's parts: the model, a busy bar, the latest message, the speed."""
+
+    def __init__(self, bar: QStatusBar) -> None:
+        self.model = QLabel("No model")
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)
+        self.busy.setMaximumWidth(140)
+        self.busy.hide()
+        # Long messages must never widen the window: the label shrinks and elides; messages may
+        # quote <special> tokens, so they are plain text.
+        self.text = _shrinkable(QLabel(""))
+        self.text.setWordWrap(False)
+        self.text.setTextFormat(Qt.TextFormat.PlainText)
+        self.text.setMinimumWidth(1)
+        self.rate = QLabel("")
+        bar.addWidget(self.model)
+        bar.addWidget(self.busy)
+        bar.addWidget(self.text, 1)
+        bar.addPermanentWidget(self.rate)
 
 
 class PromptBox(QGroupBox):

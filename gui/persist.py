@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings, QStandardPaths
+from PySide6.QtWidgets import QFileDialog
 
 from engine.catalog import DEFAULT_MODEL
 from engine.export import write_atomic
@@ -118,4 +119,36 @@ def read_autosave(w: MainWindow) -> bool:
         w.status_text.setText(
             f"Restored the last run ({len(w.store.steps)} tokens) from the autosave."
         )
+    return True
+
+
+EXPORT_FILTERS = {
+    "json": "JSON (*.json)", "csv": "CSV (*.csv)", "png": "PNG image (*.png)",
+    "md": "Markdown (*.md)",
+}  # fmt: skip
+
+
+def export_run(w: MainWindow, kind: str, path: str | None = None) -> bool:
+    if kind != "png" and not w.store.steps:
+        w.show_error("Nothing to export yet: generate first.")
+        return False
+    if path is None:
+        path, _ = QFileDialog.getSaveFileName(
+            w, "Export", f"decoding-lab-run.{kind}", EXPORT_FILTERS[kind]
+        )
+        if not path:
+            return False
+    try:
+        if kind == "png":
+            tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
+            if not w.plots.grab().save(str(tmp), "PNG"):
+                raise OSError(f"could not write {path}")
+            tmp.replace(path)
+        else:
+            model = w.bundle.name if w.bundle else ""
+            write_atomic(path, w.store.export(kind, model, w.sampler.settings().to_dict()))
+    except OSError as exc:
+        w.show_error(f"Could not export to {path}:\n{exc}")
+        return False
+    w.status_text.setText(f"Exported {path}")
     return True

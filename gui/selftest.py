@@ -10,8 +10,13 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gui.window import MainWindow
 
 TOKENS = 16
 
@@ -31,57 +36,13 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
 
     try:
         from engine.catalog import BUNDLED
-        from gui.app import isolated_window, make_app, pump_until, wait_for_run
+        from gui.app import isolated_window, make_app
 
         make_app()
         window = isolated_window(out)
         log(f"window shown after {time.perf_counter() - started:.2f}s")
-
-        summary = []
-        for name, entry in BUNDLED.items():
-            window.last_error = None
-            t0 = time.perf_counter()
-            window.load_model(name)
-
-            def loaded(n: str = name) -> bool:
-                key = getattr(window.bundle, "source_key", None)
-                return (key == n and not window.runner.busy) or window.last_error is not None
-
-            pump_until(loaded, timeout, f"{name} to load")
-            if window.last_error:
-                raise RuntimeError(f"loading {name}: {window.last_error}")
-            load_s = time.perf_counter() - t0
-            log(f"{name}: loaded in {load_s:.2f}s ({window.bundle.describe()})")
-            window.method.set_current("sampling")
-            settings = window.sampler.settings().with_(temperature=0.0, max_new_tokens=TOKENS)
-            window.sampler.set_settings(settings)
-            window.prompt.setPlainText(entry.example_prompt)
-            # exactly 16 tokens, even if the model would end its answer earlier
-            request = replace(
-                window._request(new_seed=False), settings=settings.with_(min_new_tokens=TOKENS)
-            )
-            t0 = time.perf_counter()
-            first: list[float] = []  # when the first record exists
-
-            def note_first(first: list[float] = first, t0: float = t0) -> None:
-                if not first and (window.store.inbox or window.store.steps):
-                    first.append(time.perf_counter() - t0)
-
-            run = wait_for_run(
-                window, lambda r=request: window.runner.generate(r), timeout,
-                f"{name} to generate", on_tick=note_first,
-            )  # fmt: skip
-            first_token = first[0] if first else float("nan")
-            if window.last_error:
-                raise RuntimeError(f"generating with {name}: {window.last_error}")
-            tokens = len(window.steps)
-            if tokens != TOKENS:
-                raise RuntimeError(f"{name}: expected {TOKENS} tokens, got {tokens}")
-            text = "".join(s.text for s in window.steps)
-            rate = run.tokens_per_s if run is not None else float("nan")
-            log(f"{name}: {tokens} tokens, first after {first_token:.2f}s, {rate:.1f} tok/s")
-            log(f"{name} wrote: {text!r}")
-            summary.append(f"{name} {tokens} tokens ({rate:.0f} tok/s, first {first_token:.2f}s)")
+        summary = [try_model(window, name, entry.example_prompt, timeout, log)
+                   for name, entry in BUNDLED.items()]  # fmt: skip
         shot = out / "self-test.png"
         if not window.grab().save(str(shot)):
             raise RuntimeError(f"could not save the screenshot {shot}")
@@ -100,3 +61,51 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
             f"self-test FAILED: {exc.__class__.__name__}: {exc} (log {log_path})", file=sys.stderr
         )
         return 1
+
+
+def try_model(
+    window: MainWindow, name: str, prompt: str, timeout: float, log: Callable[[str], None]
+) -> str:
+    """Load a bundled model in the window and generate exactly TOKENS tokens greedily."""
+    from gui.app import pump_until, wait_for_run
+
+    window.last_error = None
+    t0 = time.perf_counter()
+    window.load_model(name)
+
+    def loaded() -> bool:
+        key = window.bundle.source_key if window.bundle else None
+        return (key == name and not window.runner.busy) or window.last_error is not None
+
+    pump_until(loaded, timeout, f"{name} to load")
+    if window.last_error:
+        raise RuntimeError(f"loading {name}: {window.last_error}")
+    log(f"{name}: loaded in {time.perf_counter() - t0:.2f}s ({window.bundle.describe()})")
+    window.method.set_current("sampling")
+    settings = window.sampler.settings().with_(temperature=0.0, max_new_tokens=TOKENS)
+    window.sampler.set_settings(settings)
+    window.prompt.setPlainText(prompt)
+    # exactly TOKENS tokens, even if the model would end its answer earlier
+    request = replace(
+        window._request(new_seed=False), settings=settings.with_(min_new_tokens=TOKENS)
+    )
+    t0 = time.perf_counter()
+    first: list[float] = []  # when the first record exists
+
+    def note_first() -> None:
+        if not first and (window.store.inbox or window.store.steps):
+            first.append(time.perf_counter() - t0)
+
+    run = wait_for_run(
+        window, lambda: window.runner.generate(request), timeout, f"{name} to generate",
+        on_tick=note_first,
+    )  # fmt: skip
+    if window.last_error or run is None:
+        raise RuntimeError(f"generating with {name}: {window.last_error}")
+    tokens = len(window.steps)
+    if tokens != TOKENS:
+        raise RuntimeError(f"{name}: expected {TOKENS} tokens, got {tokens}")
+    first_token = first[0] if first else float("nan")
+    log(f"{name}: {tokens} tokens, first after {first_token:.2f}s, {run.tokens_per_s:.1f} tok/s")
+    log(f"{name} wrote: {window.store.text!r}")
+    return f"{name} {tokens} tokens ({run.tokens_per_s:.0f} tok/s, first {first_token:.2f}s)"

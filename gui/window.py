@@ -8,35 +8,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QCloseEvent, QFont, QFontMetrics
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QApplication,
-    QFileDialog,
     QInputDialog,
-    QLabel,
     QMainWindow,
     QMessageBox,
-    QProgressBar,
-    QScrollArea,
-    QSizePolicy,
     QSplitter,
-    QVBoxLayout,
-    QWidget,
 )
 
-from engine.catalog import BUNDLED
-from engine.export import write_atomic
 from engine.models import ModelBundle
 from engine.records import BEAM, RunSummary, Step
 from engine.workbench import RunRequest
-from gui import persist
+from gui import appearance, persist
 from gui.menus import BASE_FONT_PT, build_actions
-from gui.panels import OutputBox, PlotArea, PromptBox
+from gui.panels import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
 from gui.store import RunStore
-from gui.theme import THEMES, apply_palette
+from gui.theme import THEMES
 from gui.views import RunView
-from gui.widgets.method_panel import MethodPanel
-from gui.widgets.sampler_panel import SamplerPanel
 from gui.worker import EngineRunner
 
 REDRAW_HZ = 30
@@ -95,17 +84,8 @@ class MainWindow(QMainWindow):
     # -- layout -------------------------------------------------------------------------------
 
     def _build_ui(self) -> None:
-        self.method = MethodPanel()
-        self.sampler = SamplerPanel()
-        left = QWidget()
-        column = QVBoxLayout(left)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.addWidget(self.method)
-        column.addWidget(self.sampler, 1)
-        self.left = QScrollArea()
-        self.left.setWidget(left)
-        self.left.setWidgetResizable(True)
-        self.left.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.left = ControlsColumn()
+        self.method, self.sampler = self.left.method, self.left.sampler
         self.prompt_box = PromptBox()
         self.prompt = self.prompt_box.editor
         self.output = OutputBox()
@@ -124,23 +104,9 @@ class MainWindow(QMainWindow):
             self.splitter.setStretchFactor(i, stretch)
         self.splitter.setSizes([350, 550, 820])
         self.setCentralWidget(self.splitter)
-
-        self.model_label = QLabel("No model")
-        self.busy_bar = QProgressBar()
-        self.busy_bar.setRange(0, 0)
-        self.busy_bar.setMaximumWidth(140)
-        self.busy_bar.hide()
-        self.status_text = QLabel("")
-        # Long messages must never widen the window: let the label shrink and elide.
-        self.status_text.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.status_text.setTextFormat(Qt.TextFormat.PlainText)  # messages may quote <tokens>
-        self.status_text.setMinimumWidth(1)
-        self.rate_label = QLabel("")
-        bar = self.statusBar()
-        bar.addWidget(self.model_label)
-        bar.addWidget(self.busy_bar)
-        bar.addWidget(self.status_text, 1)
-        bar.addPermanentWidget(self.rate_label)
+        self.status = StatusArea(self.statusBar())
+        self.model_label, self.busy_bar = self.status.model, self.status.busy
+        self.status_text, self.rate_label = self.status.text, self.status.rate
         screen = QApplication.primaryScreen()  # first start: most of the screen
         area = screen.availableGeometry() if screen is not None else None
         if area is None:
@@ -404,50 +370,10 @@ class MainWindow(QMainWindow):
         self.set_theme("dark" if self.theme.name == "light" else "light")
 
     def set_theme(self, name: str) -> None:
-        self.theme = THEMES.get(name, THEMES["light"])
-        app = QApplication.instance()
-        if isinstance(app, QApplication):
-            apply_palette(app, self.theme)
-        self.acts.theme.setChecked(self.theme.name == "dark")
-        self.pane.set_theme(self.theme)
-        for plot in (self.dist, self.plots.speed, self.plots.entropy, self.beam_tree):
-            plot.set_theme(self.theme)
-        self.views.update_legend(self.theme)
+        appearance.apply_theme(self, name)
 
     def set_zoom(self, points: int) -> None:
-        self.font_pt = max(8, min(32, points))
-        font = QFont(self.font())
-        font.setPointSize(self.font_pt)
-        app = QApplication.instance()
-        if isinstance(app, QApplication):
-            app.setFont(font)
-        self.setFont(font)
-        mono = QFont("DejaVu Sans Mono")
-        mono.setStyleHint(QFont.StyleHint.Monospace)
-        mono.setPointSize(self.font_pt + 3)
-        self.pane.setFont(mono)
-        self.pane.document().setDefaultFont(mono)
-        prompt_font = QFont(mono)
-        prompt_font.setPointSize(self.font_pt + 1)
-        self.prompt.setFont(prompt_font)
-        for plot in (self.dist, self.plots.speed, self.plots.entropy, self.beam_tree):
-            plot.set_font_size(self.font_pt - 1)
-        # Room for two lines of the step summary whatever it says: a summary that grew from one
-        # line to two would shift the plot below it, and repaint it, at every token.
-        line = QFontMetrics(font).lineSpacing()
-        self.plots.dist_box.info.setMinimumHeight(2 * line + 4)
-        # Likewise the speculative statistics: clearing or filling them must not re-lay out the
-        # controls column (measured: 15-28 ms of painting at the start of each run).
-        self.method.stats.setMinimumHeight(3 * line + 4)
-        QTimer.singleShot(0, self._fit_left_column)  # after the new font reaches the widgets
-
-    def _fit_left_column(self) -> None:
-        """The controls column is as wide as its contents need (they change with the zoom)."""
-        inner = self.left.widget()
-        inner.adjustSize()
-        scrollbar = self.left.verticalScrollBar().sizeHint().width()
-        frame = 2 * self.left.frameWidth()
-        self.left.setMinimumWidth(inner.sizeHint().width() + scrollbar + frame + 4)
+        appearance.apply_zoom(self, points)
 
     @Slot()
     def _set_color_mode(self, *_args: object) -> None:
@@ -455,25 +381,7 @@ class MainWindow(QMainWindow):
         self.views.update_legend(self.theme)
 
     def about_text(self) -> str:
-        import platform
-        from importlib.metadata import PackageNotFoundError, version
-
-        def v(name: str) -> str:
-            try:
-                return version(name)
-            except PackageNotFoundError:
-                return "?"
-
-        models = "".join(f"<li><b>{m.title}</b>: {m.licence}</li>" for m in BUNDLED.values())
-        return (
-            f"<h3>Decoding Lab {v('decoding-lab')}</h3>"
-            "<p>Explore by hand how a language model turns probabilities into text.</p>"
-            f"<p>Python {platform.python_version()} · torch {v('torch')} · transformers "
-            f"{v('transformers')} · PySide6 {v('PySide6-Essentials')} · "
-            f"pyqtgraph {v('pyqtgraph')}</p>"
-            f"<p>Bundled models:</p><ul>{models}</ul>"
-            "<p>Decoding Lab is licensed under Apache-2.0.</p>"
-        )
+        return appearance.about_text()
 
     @Slot()
     def show_about(self) -> None:
@@ -482,32 +390,8 @@ class MainWindow(QMainWindow):
     # -- files --------------------------------------------------------------------------------
 
     def export(self, kind: str, path: str | None = None) -> bool:
-        if kind != "png" and not self.store.steps:
-            self.show_error("Nothing to export yet: generate first.")
-            return False
-        filters = {"json": "JSON (*.json)", "csv": "CSV (*.csv)", "png": "PNG image (*.png)",
-                   "md": "Markdown (*.md)"}  # fmt: skip
-        if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                self, "Export", f"decoding-lab-run.{kind}", filters[kind]
-            )
-            if not path:
-                return False
-        try:
-            if kind == "png":
-                tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
-                if not self.plots.grab().save(str(tmp), "PNG"):
-                    raise OSError(f"could not write {path}")
-                tmp.replace(path)
-            else:
-                model = self.bundle.name if self.bundle else ""
-                text = self.store.export(kind, model, self.sampler.settings().to_dict())
-                write_atomic(path, text)
-        except OSError as exc:
-            self.show_error(f"Could not export to {path}:\n{exc}")
-            return False
-        self.status_text.setText(f"Exported {path}")
-        return True
+        """Save the run as JSON, CSV, Markdown or the plots as PNG (asks where, unless told)."""
+        return persist.export_run(self, kind, path)
 
     @Slot()
     def _changed(self, *_args: object) -> None:
