@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from engine.device import model_device
 from engine.measure import measure
-from engine.processors import PENALTIES, apply_chain, build_chain
+from engine.processors import PENALTIES, Chain, apply_chain, build_chain
 from engine.records import (
     BEAM,
     FINISHED,
@@ -99,15 +99,9 @@ class BeamSession(SessionBase):
         self._path: list[int] = []  # node ids of the steps in ``history``
         self._search: Iterator[list[Record]] | None = None
 
-    @property
-    def settings(self) -> SamplerSettings | None:
-        return self._settings
-
-    @settings.setter
-    def settings(self, value: SamplerSettings) -> None:
+    def _chain_for(self, settings: SamplerSettings) -> Chain:
         """Beams are ranked by log-probability: only the penalty stages apply."""
-        self._settings = value
-        self.sampler = build_chain(value, self.prompt_length, self.eos_token_ids, only=PENALTIES)
+        return build_chain(settings, self.prompt_length, self.eos_token_ids, only=PENALTIES)
 
     def run(self) -> BeamResult:
         for _ in self.stream():

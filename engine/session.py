@@ -105,7 +105,10 @@ class SessionBase:
     def settings(self, value: SamplerSettings) -> None:
         """Takes effect at the next token."""
         self._settings = value
-        self.sampler = build_chain(value, self.prompt_length, self.eos_token_ids)
+        self.sampler = self._chain_for(value)
+
+    def _chain_for(self, settings: SamplerSettings) -> Sampler:
+        return build_chain(settings, self.prompt_length, self.eos_token_ids)
 
     # -- reading -----------------------------------------------------------------------------
 
