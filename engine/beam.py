@@ -162,9 +162,9 @@ class BeamSession(SessionBase):
         if self.max_context is not None:
             max_length = min(max_length, self.max_context)
         b = _Beams(self.ids, self.num_beams, max_length, self.device)
+        tick = time.perf_counter()  # the first step's time includes reading the prompt
         logits, cache, extra = self._start()
         while True:
-            tick = time.perf_counter()
             b.depth += 1
             cands = self._candidates(logits, b.seqs, b.scores, b.cur_len + 1 >= max_length)
             statuses, final_scores = self._finish(b, cands)
@@ -213,6 +213,7 @@ class BeamSession(SessionBase):
                 yield records
                 return
             yield [event, *self._show_path(b.nodes[0])]
+            tick = time.perf_counter()
             last = torch.tensor([seq[-1] for seq in b.seqs], device=self.device)
             logits, cache = self._forward(last, cache, extra)
 
@@ -287,13 +288,11 @@ class BeamSession(SessionBase):
         """A Step record for every candidate of this step, from its beam's distribution."""
         logits, probs, cut, src, tok = self._last
         measured = measure(logits[src], probs[src], tok, self.top_n, cut[src])
-        self._run_tokens += 1
-        self._run_time += elapsed
-        rate = self._run_tokens / self._run_time if self._run_time > 0 else 0.0
+        fed = len(self.ids) if nodes and nodes[0].depth == 1 else 1  # the prompt's pass
+        rate = self.clock.add(elapsed, fed)
         for node, m in zip(nodes, measured, strict=True):
-            self._node_steps[node.node_id] = self._make_step(
-                m, node.depth - 1, elapsed, rate, "beam", text=""
-            )
+            step = self._make_step(m, node.depth - 1, elapsed, rate, "beam", text="")
+            self._node_steps[node.node_id] = replace(step, prefill=fed > 1)
 
     def _show_path(self, node_id: int) -> list[Record]:
         """Make ``history`` the path to ``node_id``: a Rewind where it parts from the path shown

@@ -52,6 +52,7 @@ class Step:
     forced: bool = False  # chosen by the user, not sampled
     is_eos: bool = False
     source: str = "sample"  # "sample", "greedy", "forced", "draft", "target", "beam"
+    prefill: bool = False  # step_time includes reading the prompt (or catching up after undo)
 
 
 # Memory bound for long runs: the newest KEEP_FULL steps keep every candidate, older ones their
@@ -120,6 +121,8 @@ class RunSummary:
     stop_reason: str  # "eos", "max_new_tokens", "context", "stopped"
     text: str = ""
     token_ids: tuple[int, ...] = field(default_factory=tuple)
+    first_token_s: float | None = None  # the prompt's forward pass and the first token
+    prompt_tokens: int = 0  # tokens read before the first new one (0: none this time)
 
     @property
     def finished(self) -> bool:

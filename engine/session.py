@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -36,10 +37,56 @@ from engine.records import (
     lighten_old,
 )
 from engine.settings import DEFAULT_SETTINGS, SamplerSettings
-from engine.stepper import ModelStepper, Stepper, make_stepper
+from engine.stepper import ModelStepper, Stepper, catch_up, make_stepper, to_feed
 from engine.text import TextTrack
 
 Record = Any  # Step | Rewind | engine.records.BeamEvent | SpeculativeReport | ...
+
+
+class RunClock:
+    """Time and tokens of one ``stream()``: the tokens/s it reports counts decode steps only;
+    the step that read the prompt is timed on its own (time to first token)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.seconds = 0.0
+        self.decode_tokens = 0
+        self.decode_seconds = 0.0
+        self.first_token_s: float | None = None
+        self.prompt_tokens = 0
+        self.reading = 0.0  # seconds spent reading the prompt in chunks before the first token
+        self.reading_tokens = 0
+
+    def read(self, chunks: Iterator[Any], total: int) -> Iterator[Any]:
+        """Pass ``catch_up``'s records through, timing the chunks (not the consumer);
+        ``total``: the positions to read before the first token."""
+        self.reading_tokens = total
+        it = iter(chunks)
+        while True:
+            start = time.perf_counter()
+            record = next(it, None)
+            self.reading += time.perf_counter() - start
+            if record is None:
+                return
+            yield record
+
+    def add(self, elapsed: float, fed: int = 1) -> float:
+        """Count one token; returns the running decode rate (0 before the first decode step)."""
+        self.tokens += 1
+        self.seconds += elapsed
+        if fed > 1:
+            if self.first_token_s is None:
+                self.first_token_s = elapsed + self.reading
+                self.prompt_tokens = max(fed, self.reading_tokens)
+        else:
+            self.decode_tokens += 1
+            self.decode_seconds += elapsed
+        return self.rate()
+
+    def rate(self) -> float:
+        if self.decode_seconds > 0:
+            return self.decode_tokens / self.decode_seconds
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def step_seed(seed: int, index: int) -> int:
@@ -89,8 +136,7 @@ class SessionBase:
             self.settings = sampler
         else:
             self.sampler = sampler
-        self._run_tokens = 0
-        self._run_time = 0.0
+        self.clock = RunClock()
 
     def _make_stepper(self, use_cache: bool, fast: bool) -> Stepper:
         return make_stepper(self.model, self.encoder_ids or None, use_cache, fast, self.max_context)
@@ -121,15 +167,13 @@ class SessionBase:
         return "".join(s.text for s in self.history)
 
     def summary(self) -> RunSummary:
-        rate = self._run_tokens / self._run_time if self._run_time > 0 else 0.0
+        c = self.clock
         return RunSummary(
-            tokens=self._run_tokens,
-            seconds=self._run_time,
-            tokens_per_s=rate,
-            stop_reason=self.stop_reason or "stopped",
-            text=self.text,
-            token_ids=tuple(self.generated_ids),
-        )
+            tokens=c.tokens, seconds=c.seconds, tokens_per_s=c.rate(),
+            stop_reason=self.stop_reason or "stopped", text=self.text,
+            token_ids=tuple(self.generated_ids), first_token_s=c.first_token_s,
+            prompt_tokens=c.prompt_tokens,
+        )  # fmt: skip
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -141,8 +185,7 @@ class SessionBase:
             budget = max_new_tokens
         else:
             budget = self._settings.max_new_tokens if self._settings is not None else 0
-        self._run_tokens = 0
-        self._run_time = 0.0
+        self.clock = RunClock()
         if not self.finished:
             self.stop_reason = None
         # Tokens produced = how much the history grew: a method may replace steps on the way
@@ -160,13 +203,16 @@ class SessionBase:
         """The records of the next token(s): at least one Step, at most ``room``."""
         raise NotImplementedError
 
-    def _append(self, m: Measured, elapsed: float, source: str, forced: bool = False) -> Step:
-        """Turn one measured token into a Step and add it to the run."""
-        self._run_tokens += 1
-        self._run_time += elapsed
-        rate = self._run_tokens / self._run_time
+    def _append(
+        self, m: Measured, elapsed: float, source: str, forced: bool = False, fed: int = 1
+    ) -> Step:
+        """Turn one measured token into a Step and add it to the run. ``fed``: positions the
+        forward pass read for it (more than one: the prompt, or a catch-up after an undo)."""
+        rate = self.clock.add(elapsed, fed)
         text = self.text_track.push(m.token_id) if m.finite else ""
         step = self._make_step(m, len(self.history), elapsed, rate, source, forced, text)
+        if fed > 1:
+            step = replace(step, prefill=True)
         self._add(step)
         return step
 
@@ -337,8 +383,10 @@ class GenerationSession(SessionBase):
 
     # -- generating --------------------------------------------------------------------------
 
-    def _advance(self, room: int) -> list[Step]:
-        return [self.step()]
+    def _advance(self, room: int) -> Iterator[Record]:
+        total = to_feed(self.stepper, self.ids)
+        yield from self.clock.read(catch_up(self.stepper, self.ids), total)
+        yield self.step()
 
     @torch.inference_mode()
     def step(self) -> Step:
@@ -346,6 +394,7 @@ class GenerationSession(SessionBase):
         if self.finished:
             raise RuntimeError("Generation has finished; branch or rewind to continue.")
         start = time.perf_counter()
+        fed = to_feed(self.stepper, self.ids)
         logits = self.stepper.logits(self.ids)  # [1, vocab]
         # A broken model gives NaN/inf: sample from something harmless, then refuse the step
         # once the flag arrives with the one copy below (no extra device sync per token).
@@ -363,7 +412,7 @@ class GenerationSession(SessionBase):
             source = "greedy" if self.sampler.greedy else "sample"
         m = measure(logits, probs, token, self.top_n, cut, finite)[0]  # one copy to the host
         elapsed = time.perf_counter() - start  # after the copy, which waits for the device
-        return self._append(m, elapsed, source, forced=forced is not None)
+        return self._append(m, elapsed, source, forced=forced is not None, fed=fed)
 
     def _ids_tensor(self) -> torch.Tensor:
         return torch.tensor([self.ids], dtype=torch.long, device=self.device)  # [1, seq]

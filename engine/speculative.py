@@ -21,7 +21,7 @@ of which ids it has cached and crops to the common prefix).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from engine.processors import Sampler, pick
 from engine.records import KEEP_FULL, SPEC_DRAFT, SPEC_NGRAM, SpeculativeReport
 from engine.session import Record, SessionBase
 from engine.settings import DEFAULT_SETTINGS, SamplerSettings
-from engine.stepper import make_stepper
+from engine.stepper import catch_up, make_stepper, to_feed
 
 
 def sampler_probs(sampler: Sampler, ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
@@ -249,8 +249,10 @@ class SpeculativeSession(SessionBase):
     def _truncate_cache(self, length: int) -> None:
         self.stepper.truncate(length)
 
-    def _advance(self, room: int) -> list[Record]:
-        return self._round(room)
+    def _advance(self, room: int) -> Iterator[Record]:
+        total = to_feed(self.stepper, self.ids)
+        yield from self.clock.read(catch_up(self.stepper, self.ids), total)
+        yield from self._round(room)
 
     @torch.inference_mode()
     def _round(self, limit: int) -> list[Record]:
@@ -266,6 +268,8 @@ class SpeculativeSession(SessionBase):
         )
         g = len(drafts)
         full = self.ids + drafts
+        fed = to_feed(self.stepper, full, keep=g + 1)
+        fed = fed if fed > g + 1 else 1  # more: this round also read (part of) the prompt
         logits = self.stepper.logits(full, keep=g + 1)  # [g + 1, vocab]; row i predicts
         finite = torch.isfinite(logits).all(dim=-1)  # full[len(ids) + i]
         logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
@@ -287,7 +291,7 @@ class SpeculativeSession(SessionBase):
         elapsed = time.perf_counter() - start  # after the copy, which waits for the device
         steps: list[Record] = []
         for m, source in zip(measured, sources, strict=True):
-            step = self._append(m, elapsed / n, source)
+            step = self._append(m, elapsed / n, source, fed=fed)
             steps.append(step)
             if step.is_eos:
                 break

@@ -15,7 +15,7 @@ common prefix and feeds the rest; nothing is recomputed.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -24,6 +24,7 @@ from engine.device import model_device
 from engine.errors import EmptyPromptError
 from engine.fastpath import fast_stepper_or_none
 from engine.kvcache import DynamicKV, KVCache
+from engine.records import Progress
 
 
 class Stepper(Protocol):
@@ -95,6 +96,34 @@ class ModelStepper:
             self.cache.store = out.past_key_values
             self.cache.extend(new)
         return out.logits[0, -keep:, :].float()  # [keep, vocab]
+
+
+PREFILL_CHUNK = 256  # prompt tokens read per forward pass: Stop and progress act in between
+
+
+def to_feed(stepper: Stepper, ids: Sequence[int], keep: int = 1) -> int:
+    """How many positions ``stepper.logits(ids, keep)`` will run the model on."""
+    cache = stepper.cache
+    return len(ids) - cache.reusable(ids, keep) if cache is not None else len(ids)
+
+
+def catch_up(
+    stepper: Stepper, ids: Sequence[int], keep: int = 1, chunk: int | None = None
+) -> Iterator[Progress]:
+    """Fill the cache for all but the last ``keep`` of ``ids`` a chunk at a time, with a
+    ``Progress`` record after each chunk (a long prompt, or the tokens of a restored run). A
+    stepper without a cache reads everything in one pass, later."""
+    if stepper.cache is None:
+        return
+    chunk = chunk or PREFILL_CHUNK
+    total = len(ids) - keep
+    done = stepper.cache.reusable(ids, keep)
+    if total - done <= chunk:
+        return
+    while total - done > chunk:
+        done += chunk
+        stepper.logits(ids[:done])
+        yield Progress(f"Reading the prompt: {done:,} of {total:,} tokens", done / total)
 
 
 def make_stepper(

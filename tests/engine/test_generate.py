@@ -310,3 +310,28 @@ def test_debug_prints_each_step(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 4 and all("p=" in line for line in lines)
     assert str(out[0]) in lines[0]
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_long_prompt_is_read_in_chunks_with_progress_and_same_tokens(name, monkeypatch):
+    import engine.stepper
+    from engine.records import Progress, Step
+
+    model = FACTORIES[name]()
+    prompt = [(i * 37) % 200 + 3 for i in range(150)]
+    whole = GenerationSession(model, prompt, GREEDY.with_(max_new_tokens=5), eos_token_ids=[])
+    expected = [r.token_id for r in whole.stream() if isinstance(r, Step)]
+    monkeypatch.setattr(engine.stepper, "PREFILL_CHUNK", 40)
+    session = GenerationSession(model, prompt, GREEDY.with_(max_new_tokens=5), eos_token_ids=[])
+    records = list(session.stream())
+    progress = [r for r in records if isinstance(r, Progress)]
+    steps = [r for r in records if isinstance(r, Step)]
+    assert [s.token_id for s in steps] == expected
+    assert len(progress) == 3 and progress[-1].fraction == pytest.approx(120 / 149)
+    assert [s.prefill for s in steps] == [True, False, False, False, False]
+    summary = session.summary()
+    assert summary.prompt_tokens == len(prompt)
+    assert summary.first_token_s is not None and summary.first_token_s >= steps[0].step_time
+    # The reported rate counts decode steps only: the prompt's pass is left out.
+    decode = [s.step_time for s in steps[1:]]
+    assert summary.tokens_per_s == pytest.approx(len(decode) / sum(decode))
