@@ -53,6 +53,7 @@ class Step:
     is_eos: bool = False
     source: str = "sample"  # "sample", "greedy", "forced", "draft", "target", "beam"
     prefill: bool = False  # step_time includes reading the prompt (or catching up after undo)
+    special: bool = False  # a special token of the tokenizer (<|im_end|>, </s>, ...)
 
 
 # Memory bound for long runs: the newest KEEP_FULL steps keep every candidate, older ones their
@@ -88,6 +89,7 @@ class RunStarted:
     prompt: str
     prompt_tokens: int
     settings: dict[str, Any] = field(default_factory=dict)
+    chat_template: bool = False  # the prompt was wrapped in the model's chat template
 
 
 @dataclass(frozen=True)
