@@ -63,9 +63,7 @@ class LessonError(ValueError):
                  field: str = "") -> None:  # fmt: skip
         self.message, self.path, self.line, self.field = message, path, line, field
         where = ", ".join(
-            part
-            for part in (f"line {line}" if line is not None else "", field)
-            if part
+            part for part in (f"line {line}" if line is not None else "", field) if part
         )
         text = f"{where}: {message}" if where else message
         super().__init__(f"{path}: {text}" if path is not None else text)
@@ -283,9 +281,11 @@ def parse_lesson(text: str, path: str | Path | None = None) -> Lesson:
             raise LessonError(f"missing; a lesson needs {name}", path, _line(root), name)
     title = reader.text(top["title"][1], "title")
     model = _model(reader, top["model"][1], "model")
-    description = reader.text(top["description"][1], "description", required=False) if (
-        "description" in top
-    ) else ""
+    description = (
+        reader.text(top["description"][1], "description", required=False)
+        if ("description" in top)
+        else ""
+    )
     stages_node = top["stages"][1]
     if not isinstance(stages_node, yaml.SequenceNode) or not stages_node.value:
         raise reader.fail(stages_node, "stages", "expected a list of stages (lines starting '- ')")
