@@ -41,7 +41,7 @@ def split_guesses(text: str) -> list[str]:
     repeats dropped, in the order typed. A guess in double quotes is kept as typed, commas and
     spaces included: ``","`` guesses the comma, ``" the"`` the token with its space."""
     out: list[str] = []
-    for quoted, plain in re.findall(r'"([^"\n]+)"|([^,\n]+)', text):
+    for quoted, plain in re.findall(r'[ \t]*"([^"\n]+)"[ \t]*|([^,\n]+)', text):
         guess = quoted or plain.strip()
         if guess and guess not in out:
             out.append(guess)
@@ -119,8 +119,16 @@ def _matches(token: str, guess: str, fold: bool) -> bool:
     return token == guess or token == " " + guess
 
 
-def _encode(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+def _encodings(tokenizer: Any, guess: str) -> list[list[int]]:
+    """The guess as the tokenizer writes it after a space (as a word in running text) and on
+    its own. An encoding whose first piece is only a space (byte-level tokenizers) is left
+    out: the class guessed a word, not a space."""
+    out = []
+    for variant in (" " + guess, guess):
+        ids = list(tokenizer(variant, add_special_tokens=False)["input_ids"])
+        if ids and tokenizer.decode(ids[:1]).strip() and ids not in out:
+            out.append(ids)
+    return out
 
 
 def match_guess(guess: str, step: Step, tokenizer: Any = None) -> GuessResult:
@@ -137,18 +145,16 @@ def match_guess(guess: str, step: Step, tokenizer: Any = None) -> GuessResult:
                 return _result(guess, step, c, len(candidates))
     # Not among the known tokens: ask the tokenizer which token the guess would be.
     if tokenizer is not None:
-        for variant in (" " + guess, guess):
-            ids = _encode(tokenizer, variant)
-            if not ids:
-                continue
+        encodings = _encodings(tokenizer, guess)
+        for ids in encodings:
             for c in candidates:
                 if c.token_id == ids[0]:
                     note = "" if len(ids) == 1 else f"judged by its first piece {c.text!r}"
                     return _result(guess, step, c, len(candidates), note)
             if ids[0] == step.token_id:
                 return _result(guess, step, None, len(candidates))
-        ids = _encode(tokenizer, " " + guess) or _encode(tokenizer, guess)
-        if ids:
+        if encodings:
+            ids = encodings[0]
             text = tokenizer.decode(ids[:1])
             piece = "" if len(ids) == 1 else f" (its first piece {text!r})"
             return GuessResult(
