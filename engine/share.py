@@ -34,6 +34,7 @@ VIRIDIS = (
     "#1f9e89", "#35b779", "#6ece58", "#b5de2b", "#fde725",
 )  # fmt: skip
 TIP_ROWS = 10  # candidates in the hover tooltip
+LABEL_CHARS = 18  # a longer token is cut short in the chart (in full in the bar's tooltip)
 DEFAULT_TOP_N = 20  # candidates kept per step (bars in the chart)
 
 
@@ -108,7 +109,9 @@ pre.prompt { white-space: pre-wrap; background: #f4f4f7; padding: .6rem .8rem; m
   border-radius: 4px; box-shadow: 0 2px 8px rgba(0,0,0,.25); padding: .4rem .6rem;
   font-size: .85rem; max-width: 26rem; }
 #tip table { border-collapse: collapse; }
-#tip td { padding: 0 .5rem 0 0; font-family: ui-monospace, monospace; white-space: pre; }
+#tip td { padding: 0 .5rem 0 0; font-family: ui-monospace, monospace; white-space: nowrap; }
+#tip td:nth-child(2) { white-space: pre-wrap; overflow-wrap: anywhere; }
+.tip-head { overflow-wrap: anywhere; }
 #tip tr.head td { font-family: system-ui, sans-serif; color: var(--muted); }
 #tip tr.chosen td { font-weight: bold; color: #c0392b; }
 #tip tr.cut td { color: #999; }
@@ -129,7 +132,7 @@ _SCRIPT = """
   var chart = document.getElementById("chart");
   var chartTitle = document.getElementById("chart-title");
   var SVG = "http://www.w3.org/2000/svg";
-  var TIP_ROWS = run.tip_rows;
+  var TIP_ROWS = run.tip_rows, LABEL_CHARS = run.label_chars;
 
   function show(t) {
     if (!t) return "\\u2205";
@@ -138,6 +141,7 @@ _SCRIPT = """
       return "\\\\x" + ch.charCodeAt(0).toString(16).padStart(2, "0");
     });
   }
+  function short(t) { return t.length > LABEL_CHARS ? t.slice(0, LABEL_CHARS - 1) + "\u2026" : t; }
   function pct(p) { return (100 * p).toFixed(p >= 0.1 ? 1 : 2) + "%"; }
   function cell(tr, text) {
     var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
@@ -187,7 +191,7 @@ _SCRIPT = """
       var y = k * rowH + 4;
       var g = svg("g", {"class": "bar", "data-rank": k + 1}, chart);
       var label = svg("text", {x: labelW - 6, y: y + 14, "text-anchor": "end"}, g);
-      label.textContent = show(c.text);
+      label.textContent = short(show(c.text));
       var cls = "raw" + (c.cut_by ? " cut" : "") + (c.id === step.token_id ? " chosen" : "");
       svg("rect", {"class": cls, x: labelW, y: y, height: rowH - 8,
                    width: Math.max(1, barW * c.raw_prob / top)}, g);
@@ -268,6 +272,7 @@ def run_to_html(
         "prompt": prompt,
         "settings": settings,
         "tip_rows": TIP_ROWS,
+        "label_chars": LABEL_CHARS,
         "steps": [_step_data(s, top_n) for s in steps],
     }
     spans = "".join(
