@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QFont, QKeySequence, QShortcut
+from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
+from PySide6.QtGui import QFont, QKeyEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -60,7 +60,7 @@ class GuessPanel(QWidget):
         self.reveal_button = QPushButton("Reveal")
         self.reveal_button.setObjectName("guess_reveal")
         self.reveal_button.setToolTip("Show the distribution and score the guesses (Ctrl+Return)")
-        QShortcut(QKeySequence("Ctrl+Return"), self.guesses, activated=self._on_reveal)
+        self.guesses.installEventFilter(self)  # Ctrl+Return in the box reveals
         self.reset_button = QPushButton("Reset score")
         self.reset_button.setObjectName("guess_reset")
         self.results = QTableWidget(0, len(COLUMNS))
@@ -135,6 +135,18 @@ class GuessPanel(QWidget):
         self._show_score()
 
     # -- drawing -------------------------------------------------------------------------------
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if (
+            watched is self.guesses
+            and event.type() == QEvent.Type.KeyPress
+            and isinstance(event, QKeyEvent)
+            and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+            and event.modifiers() & Qt.KeyboardModifier.ControlModifier
+        ):
+            self._on_reveal()
+            return True
+        return super().eventFilter(watched, event)
 
     @Slot()
     def _on_reveal(self) -> None:
