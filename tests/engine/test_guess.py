@@ -45,13 +45,13 @@ def test_split_guesses_commas_lines_quotes_and_repeats():
     assert split_guesses(" , \n ") == []
 
 
-def test_scoring_rule():
+def test_guess_scoring_rule():
     assert [points_for(r, False) for r in (1, 3, 4, 10, 11, None)] == [2, 2, 1, 1, 0, 0]
     assert points_for(7, True) == points_for(None, True) == POINTS_CHOSEN == 3
     assert (POINTS_TOP3, POINTS_TOP10) == (2, 1)
 
 
-def test_leading_space_is_optional():
+def test_guess_leading_space_is_optional():
     r = match_guess("Paris", make_step())
     assert (r.token_id, r.token_text, r.rank, r.chosen, r.points) == (100, " Paris", 1, True, 3)
     assert r.raw_prob == pytest.approx(0.40) and r.prob == pytest.approx(0.60)
@@ -59,7 +59,7 @@ def test_leading_space_is_optional():
     assert (r.rank, r.chosen, r.points) == (3, False, 2)
 
 
-def test_case_sensitive_match_first_then_any_case():
+def test_guess_case_sensitive_match_first_then_any_case():
     step = make_step()
     exact = match_guess("paris", step)  # "paris" (rank 5) exists: exact case wins over rank 1
     assert (exact.token_text, exact.rank, exact.points) == ("paris", 5, 1)
@@ -90,7 +90,7 @@ def test_several_guesses_score_and_the_same_token_counts_once():
     assert "same token" in twice.results[1].note
 
 
-def test_not_in_top_n_without_and_with_a_tokenizer():
+def test_guess_not_in_top_n_without_and_with_a_tokenizer():
     step = make_step()
     r = match_guess("zebra", step)
     assert (r.token_id, r.rank, r.points) == (None, None, 0)
@@ -103,7 +103,7 @@ def test_not_in_top_n_without_and_with_a_tokenizer():
     assert r.token_text == "z" and "first piece 'z'" in r.note and r.rank is None
 
 
-def test_a_multi_token_word_is_judged_by_its_first_piece():
+def test_guess_of_a_multi_token_word_is_judged_by_its_first_piece():
     tok = ByT5Tokenizer()
     texts = ["P", "L", "t", "R"]
     ids = [tok(t, add_special_tokens=False)["input_ids"][0] for t in texts]
@@ -120,13 +120,13 @@ def test_a_multi_token_word_is_judged_by_its_first_piece():
     assert "first piece 'L'" in r.note
 
 
-def test_the_picked_token_beyond_top_n_is_still_recognised():
+def test_guess_of_the_picked_token_beyond_top_n_is_recognised():
     step = make_step(token_id=999, rank=4242)  # sampled from the tail: "ë", rank 4242
     r = match_guess("ë", step)
     assert (r.token_id, r.rank, r.chosen, r.points) == (999, 4242, True, 3)
 
 
-def test_scoreboard_runs_and_resets():
+def test_guess_scoreboard_runs_and_resets():
     board = Scoreboard()
     assert board.add(score_round("Paris, the", make_step())) == 5
     assert board.add(score_round("Rome", make_step(chosen=1))) == 6
@@ -137,7 +137,7 @@ def test_scoreboard_runs_and_resets():
 
 
 @pytest.mark.slow
-def test_a_round_on_a_real_step_of_the_bundled_model():
+def test_guess_round_on_a_real_step_of_the_bundled_model():
     """SmolLM2 after 'The capital of France is': greedy picks ' Paris'; the guesses are
     matched to the real vocabulary with its tokenizer."""
     from engine.catalog import load_bundled

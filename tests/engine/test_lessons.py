@@ -43,7 +43,7 @@ def test_shipped_lessons_load_and_cover_the_issue(lessons):
     assert any(s.guess for lesson in lessons for s in lesson.stages)
 
 
-def test_every_stage_is_complete_and_its_settings_build_a_chain(lessons):
+def test_every_lesson_stage_is_complete_and_its_settings_build_a_chain(lessons):
     names = {f.name for f in fields(SamplerSettings)}
     for lesson in lessons:
         assert 3 <= len(lesson.stages) <= 5, lesson.title
@@ -62,7 +62,7 @@ def test_every_stage_is_complete_and_its_settings_build_a_chain(lessons):
             assert request.method == stage.method and request.settings == stage.settings
 
 
-def test_stages_inherit_settings_and_prompt(lessons):
+def test_lesson_stages_inherit_settings_and_prompt(lessons):
     temperature = next(lesson for lesson in lessons if lesson.title == "Temperature")
     first, second = temperature.stages[:2]
     assert first.settings.temperature == 1.0 and second.settings.temperature == 0.3
@@ -92,7 +92,7 @@ stages:
 """
 
 
-def test_a_minimal_file_parses_with_defaults_and_inheritance():
+def test_a_minimal_lesson_parses_with_defaults_and_inheritance():
     lesson = parse_lesson(GOOD, "good.yaml")
     a, b = lesson.stages
     assert a.settings == SamplerSettings(temperature=0.5, top_k=10)
@@ -136,7 +136,7 @@ def _error(text: str) -> LessonError:
          "stages[1].options.num_beams", "whole number >= 1"),
     ],
 )  # fmt: skip
-def test_malformed_files_name_line_and_field(change, line, field, words):
+def test_malformed_lessons_name_line_and_field(change, line, field, words):
     old, new = change
     assert old in GOOD
     err = _error(GOOD.replace(old, new, 1))
@@ -146,7 +146,7 @@ def test_malformed_files_name_line_and_field(change, line, field, words):
     assert str(err).startswith(f"bad.yaml: {where}")
 
 
-def test_the_message_reads_as_the_issue_asks():
+def test_lesson_error_message_reads_as_the_issue_asks():
     err = _error(GOOD.replace("      top_k: 10\n", "      top_k: 10\n      temprature: 0.7\n"))
     assert str(err) == (
         "bad.yaml: line 10, stages[0].settings.temprature: unknown setting; "
@@ -172,7 +172,7 @@ def test_not_a_lesson_at_all(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_stage_runs_two_tokens_on_its_bundled_model(lessons):
+def test_every_lesson_stage_runs_two_tokens_on_its_bundled_model(lessons):
     from engine.records import BeamEvent, RunStarted, RunSummary
     from engine.workbench import Workbench
 

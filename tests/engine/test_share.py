@@ -115,7 +115,7 @@ def test_share_colour_bands_and_legend(steps):
     assert page.count('class="chip b') == 10
 
 
-def test_write_run_html_is_atomic(tmp_path, steps):
+def test_share_write_run_html_is_atomic(tmp_path, steps):
     path = write_run_html(tmp_path / "run.html", "p", "m", SETTINGS, steps, title="A & B")
     text = path.read_text(encoding="utf-8")
     assert "<title>A &amp; B</title>" in text
