@@ -261,6 +261,16 @@ def _model(reader: _Reader, node: yaml.Node, where: str) -> str:
 
 def parse_lesson(text: str, path: str | Path | None = None) -> Lesson:
     """A lesson from YAML text; ``path`` only names the file in error messages."""
+    try:
+        return _parse(text, path)
+    except yaml.MarkedYAMLError as exc:  # e.g. a tag the safe loader refuses (!!python/...)
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or str(exc)
+        raise LessonError(f"not allowed in a lesson: {problem}", path, line) from exc
+
+
+def _parse(text: str, path: str | Path | None) -> Lesson:
     reader = _Reader(path)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -159,6 +159,11 @@ def test_not_a_lesson_at_all(tmp_path):
     assert "expected a mapping" in str(_error("- just\n- a list\n"))
     assert "stages" in str(_error("title: x\nmodel: tiny-t5\n"))
     assert "list of stages" in str(_error("title: x\nmodel: tiny-t5\nstages: none\n"))
+    unsafe = _error(
+        'title: !!python/object/apply:os.system ["echo hi"]\nmodel: tiny-t5\n'
+        "stages: [{title: a, text: b, prompt: c}]\n"
+    )
+    assert unsafe.line == 1 and "not allowed in a lesson" in str(unsafe)
     missing = tmp_path / "nope.yaml"
     with pytest.raises(LessonError, match="cannot read"):
         load_lesson(missing)
