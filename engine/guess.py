@@ -85,6 +85,15 @@ class GuessRound:
         """Someone guessed the token that was picked."""
         return any(r.chosen for r in self.results)
 
+    def marks(self) -> dict[int, str]:
+        """token id -> the guess that named it (the first one), for marking the guessed bars
+        of the distribution plot; guesses that matched no token are left out."""
+        out: dict[int, str] = {}
+        for r in self.results:
+            if r.token_id is not None:
+                out.setdefault(r.token_id, r.guess)
+        return out
+
 
 @dataclass
 class Scoreboard:

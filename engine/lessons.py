@@ -8,8 +8,8 @@ it (the first one from the defaults), so every ``LessonStage`` carries a full
 field, e.g. ``line 12, stages[2].settings.temprature: unknown setting; did you mean
 temperature?``.
 
-The field reference is in ``TEACHERS.md`` / the README's section for teachers, and the shipped
-lessons in ``resources/lessons/`` are worked examples.
+The field reference is in the README's section for teachers, and the shipped lessons in
+``resources/lessons/`` are worked examples.
 """
 
 from __future__ import annotations

@@ -85,6 +85,8 @@ def test_several_guesses_score_and_the_same_token_counts_once():
         ("the", 2, False, 2), ("paris", 5, False, 1), ("PARIS", 12, False, 0),
     ]  # fmt: skip
     assert rnd.points == 9 and rnd.found and rnd.chosen_text == " London"
+    assert rnd.marks() == {100: "Paris", 102: "London", 108: "Rome", 101: "the", 104: "paris",
+                           111: "PARIS"}  # fmt: skip
     twice = score_round(["Paris", "pArIs"], make_step())  # both land on " Paris"
     assert [r.points for r in twice.results] == [3, 0]
     assert "same token" in twice.results[1].note
