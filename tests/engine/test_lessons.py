@@ -204,3 +204,19 @@ def test_every_lesson_stage_runs_two_tokens_on_its_bundled_model(lessons):
             assert steps and all(s.candidates for s in steps)
             ran.add(stage.method)
     assert ran == {SAMPLING, BEAM, SPEC_NGRAM, SPEC_DRAFT}
+
+
+def test_lessons_cli_lists_and_checks_files(tmp_path, capsys):
+    from main import cli
+
+    assert cli(["lessons"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == len(bundled_lessons()) and "Temperature" in "\n".join(listed)
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(GOOD, encoding="utf-8")
+    bad.write_text(GOOD.replace("top_p: 0.8", "top_p: 1.8"), encoding="utf-8")
+    assert cli(["lessons", str(good)]) == 0
+    assert "OK, 'A lesson', 2 stages" in capsys.readouterr().out
+    assert cli(["lessons", str(good), str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}: line 13, stages[1].settings.top_p: must be in [0, 1]" in err

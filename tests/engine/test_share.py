@@ -230,3 +230,23 @@ def test_share_page_in_a_headless_browser(tmp_path, steps):
         finally:
             browser.close()
     assert problems == []
+
+
+def test_share_page_from_the_cli(tmp_path):
+    """`decoding-lab-cli generate --html FILE` writes the page for the run it printed."""
+    from main import cli
+
+    folder = tmp_path / "tiny"
+    tiny_llama().save_pretrained(folder)
+    ByT5Tokenizer().save_pretrained(folder)
+    out = tmp_path / "run.html"
+    args = ["generate", "--model", str(folder), "--prompt", "Hi", "--temperature", "0",
+            "--max-new-tokens", "6", "--device", "cpu", "--html", str(out)]  # fmt: skip
+    assert cli(args) == 0
+    page = out.read_text(encoding="utf-8")
+    data = json.loads(_block(page, "run-data"))
+    assert 1 <= len(data["steps"]) <= 6 and data["settings"]["temperature"] == 0.0
+    assert data["prompt"] == "Hi" and data["method"] == SAMPLING
+    assert page.count('class="tok b') == len(data["steps"])
+    assert all(len(s["candidates"]) == DEFAULT_TOP_N for s in data["steps"])
+    assert cli([*args[:-1], str(tmp_path / "no-such-dir" / "run.html")]) == 1
