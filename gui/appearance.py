@@ -51,6 +51,13 @@ def apply_zoom(w: MainWindow, points: int) -> None:
     w.prompt.setFont(prompt_font)
     for plot in (w.dist, w.plots.speed, w.plots.entropy, w.beam_tree):
         plot.set_font_size(pt if w.presenting else pt - 1)
+    if hasattr(w, "classroom"):
+        w.classroom.panel.set_font_size(max(pt + 3, 27) if w.presenting else pt + 3)
+        score = QFont(font)
+        score.setBold(True)
+        score.setPointSizeF(pt * 1.3)
+        w.classroom.guess.score.setFont(score)
+        w.classroom.guess.score.setWordWrap(True)
     # Room for two lines of the step summary whatever it says: a summary that grew from one
     # line to two would shift the plot below it, and repaint it, at every token.
     line = QFontMetrics(font).lineSpacing()

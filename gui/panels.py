@@ -81,6 +81,7 @@ class StatusArea:
         self.text.setTextFormat(Qt.TextFormat.PlainText)
         self.text.setMinimumWidth(1)
         self.rate = QLabel("")
+        self.rate.setContentsMargins(16, 0, 4, 0)  # apart from the message beside it
         bar.addWidget(self.model)
         bar.addWidget(self.busy)
         bar.addWidget(self.text, 1)
@@ -110,13 +111,13 @@ class PromptBox(QGroupBox):
 
     def describe_model(self, encoder_decoder: bool, has_chat_template: bool) -> None:
         self.label.setText(
-            "<b>Encoder input</b>: the encoder reads this once; the decoder then writes the "
-            "output below, token by token."
+            "<b>Encoder input</b>, read once; the decoder writes the output below."
             if encoder_decoder
             else "<b>Prompt</b>: the model continues this text."
         )
         self.chat_template.setEnabled(has_chat_template)
         self.chat_template.setChecked(has_chat_template)
+        self.chat_template.setVisible(has_chat_template)  # room for the label when unused
 
 
 class OutputBox(QGroupBox):
@@ -138,11 +139,12 @@ class OutputBox(QGroupBox):
             "Show tokens such as <|im_end|> as small grey marks; untick to hide them."
         )
         layout = QVBoxLayout(self)
-        row = QHBoxLayout()
-        row.addWidget(self.legend, 1)
+        row = QHBoxLayout()  # the controls on one line, the key on its own full-width line
         row.addWidget(self.special)
+        row.addStretch(1)
         row.addWidget(self.color_mode)
         layout.addLayout(row)
+        layout.addWidget(self.legend)
         layout.addWidget(self.pane, 1)
         self.special.toggled.connect(self.pane.set_show_special)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from PySide6.QtWidgets import QWidget
+
 from gui import appearance
 
 if TYPE_CHECKING:
@@ -50,6 +52,10 @@ def set_presentation(w: MainWindow, on: bool) -> None:
         widget.setVisible(not on)  # fmt: skip
     for action in w.normal_only_actions:
         action.setVisible(not on)
+    for dock in (w.classroom.lesson_dock, w.classroom.guess_dock):
+        # the panels carry their own big titles; a dock's small title bar would not
+        dock.setTitleBarWidget(QWidget() if on else None)
+        dock.setMaximumWidth(int(w.width() * 0.3) if on else 16777215)
     w.strip.setVisible(on)
     w.output.setTitle("Output" if on else w.output.normal_title)
     appearance.apply_zoom(w, w.font_pt)

@@ -194,6 +194,11 @@ class RunStore:
             return run_to_csv(self.steps)
         if kind == "md":
             return run_to_markdown(prompt, model, settings, self.steps)
+        if kind == "html":
+            from engine.share import run_to_html
+
+            method = self.run.method if self.run else ""
+            return run_to_html(prompt, model, settings, self.steps, method=method)
         raise ValueError(f"unknown export format {kind!r}")
 
     def autosave_text(self, head: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QLabel
 from engine.records import SPEC_DRAFT, SPEC_NGRAM, RunSummary, SpeculativeReport, Step
 from gui.panels import OutputBox, PlotArea
 from gui.store import Change, RunStore
-from gui.theme import BUCKET_LABELS, Theme
+from gui.theme import BUCKET_LABELS, CUT_MARK, Theme
 from gui.widgets.method_panel import MethodPanel
 from gui.widgets.plots import step_summary
 from gui.widgets.token_pane import COLOR_BY_RANK
@@ -47,6 +47,12 @@ def speed_text(
             f"{last.tokens_per_s:.1f}){first_text}"
         )
     return f"{last.tokens_per_s:.1f} tok/s{per_token}{first_text}"
+
+
+def choices(bits: float) -> str:
+    """What an entropy means: as unsure as a fair pick among this many tokens."""
+    n = max(1, round(2**bits))
+    return "1 sure choice" if n == 1 else f"a fair pick of {n}"
 
 
 class RunView:
@@ -118,7 +124,9 @@ class RunView:
         self._frame += 1
         if not busy or self._frame % DIST_EVERY == 0:
             dist.set_step(steps[index])
-            info.setText(step_summary(steps[index], compact=self.compact))
+            note = dist.cut_note  # the cut's label when the plot had no room for it
+            extra = f" · <span style='color:{CUT_MARK}'>┅ {note}</span>" if note else ""
+            info.setText(step_summary(steps[index], compact=self.compact) + extra)
         if busy and self._frame % SERIES_EVERY != 1:
             return
         x = np.arange(1, len(steps) + 1)
@@ -132,7 +140,7 @@ class RunView:
         )
         entropy.set_series(
             x, {"model": series["h_raw"], "after sampler": series["h"]},
-            f"{last.entropy_raw:.2f} bits (≈ {2 ** last.entropy_raw:.0f} equal choices)",
+            f"{last.entropy_raw:.2f} bits ≈ {choices(last.entropy_raw)}",
         )  # fmt: skip
         marker = self.selected + 1 if self.selected is not None else None
         speed.mark(marker)

@@ -24,6 +24,7 @@ from engine.models import ModelBundle
 from engine.records import BEAM, SAMPLING, RunSummary, Step
 from engine.workbench import RunRequest
 from gui import appearance, persist, presentation
+from gui.lessons import Classroom
 from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
 from gui.panels import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
 from gui.store import RunStore
@@ -72,6 +73,8 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.acts = build_actions(self)
         self.picker = self.acts.picker
+        self.classroom = Classroom(self)
+        self.classroom.build_menus()
         self.views = RunView(self.store, self.output, self.plots, self.method, self.rate_label)
         self._wire()
         initial = persist.restore_state(self, self.settings_store)
@@ -162,6 +165,7 @@ class MainWindow(QMainWindow):
 
     def _request(self, new_seed: bool = True, limit: int | None = None) -> RunRequest:
         settings = self.sampler.next_run_settings() if new_seed else self.sampler.settings()
+        settings = self.classroom.settings(settings)
         return RunRequest(
             prompt=self.prompt.toPlainText(), method=self.method.current(), settings=settings,
             chat_template=self.prompt_box.use_chat(), num_beams=self.method.beams.value(),
@@ -376,9 +380,20 @@ class MainWindow(QMainWindow):
                 fn()
         self._update_buttons()
 
+    def after_idle(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the current job has ended (at once when none runs)."""
+        if self.runner.busy:
+            self._after_idle.append(fn)
+        else:
+            fn()
+
+    def text_points(self) -> int:
+        return presentation.text_points(self)
+
     @Slot(str)
     def _on_job_done(self, name: str) -> None:
         self.refresh()
+        self.classroom.job_done(name)
         summary = self.store.summary
         if name == "resume":
             self.store.restored = False  # the engine holds this run now

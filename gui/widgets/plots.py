@@ -58,6 +58,8 @@ class DistributionPlot(pg.PlotWidget):
         self.setObjectName("distribution_plot")
         self.top_n = top_n
         self.step: Step | None = None
+        self.marks: dict[int, str] = {}  # token id -> a class's guess that named it
+        self.cut_note = ""
         self.rows: list[tuple[float, Candidate, int]] = []  # (y, candidate, rank) per bar row
         self._x_upper = 1.0
         self._points = 11
@@ -126,6 +128,12 @@ class DistributionPlot(pg.PlotWidget):
         if self.step is not None:
             self.set_step(self.step)
 
+    def resizeEvent(self, event: object) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        step = self.__dict__.get("step")  # None while the base class is being built
+        if step is not None:  # the room for labels and how many fit depend on the size
+            self.set_step(step)
+
     def legend_html(self) -> str:
         """The key, drawn outside the plot by whoever holds it."""
         t = self.theme
@@ -142,7 +150,16 @@ class DistributionPlot(pg.PlotWidget):
 
     # -- drawing -------------------------------------------------------------------------------
 
+    def set_marks(self, marks: dict[int, str]) -> None:
+        """Mark the bars of guessed tokens (a guess round) until another step is shown."""
+        self.marks = dict(marks)
+        if self.step is not None:
+            self.set_step(self.step)
+
     def set_step(self, step: Step | None) -> None:
+        if step is not self.step and self.marks and (step is None or self.step is None
+                                                     or step.index != self.step.index):  # fmt: skip
+            self.marks = {}
         self.step = step
         plot = self.getPlotItem()
         if step is None:
@@ -170,11 +187,12 @@ class DistributionPlot(pg.PlotWidget):
             self.chosen.setOpts(x0=[0], y=[y[i]], width=[max(raw[i], proc[i], 0.002)])
         else:
             self.chosen.setOpts(x0=[], y=[], width=[])
-        texts = [value_text(c) for _y, c, _r in self.rows]
+        texts = [self._value_text(c) for _y, c, _r in self.rows]
         upper = self._x_limit(np.maximum(raw, proc), texts)
         if self._x_upper != upper:
             self._x_upper = upper
             self.setXRange(0, upper, padding=0.02)
+        self._x_ticks(upper)
         shown = min(self.top_n, len(step.candidates))
         self._mark_cut(step, cut[:shown], upper)
         outside = len(self.rows) > shown
@@ -182,13 +200,12 @@ class DistributionPlot(pg.PlotWidget):
         self.gap_line.setVisible(outside)
         every = self._label_every(len(self.rows) + (1 if outside else 0))
         ticks = [
-            (row_y, f"{rank}. {_short(c.text)}" if (k % every == 0 or row_y >= shown) else "")
+            (row_y, f"{rank}. {_short(c.text)}" if self._labelled(k, every, c) else "")
             for k, (row_y, c, rank) in enumerate(self.rows)
         ]
         self._place_values(
-            [(row_y, c) for k, (row_y, c, _) in enumerate(self.rows)
-             if k % every == 0 or row_y >= shown]
-        )  # fmt: skip
+            [(row_y, c) for k, (row_y, c, _) in enumerate(self.rows) if self._labelled(k, every, c)]
+        )
         axis = plot.getAxis("left")
         axis.setTicks([ticks])
         # wide enough for the longest label: pyqtgraph drops labels that do not fit
@@ -218,7 +235,29 @@ class DistributionPlot(pg.PlotWidget):
         for end, text in zip(ends, texts, strict=True):
             room = width - metrics.horizontalAdvance(text) - 12
             need = max(need, float(end) * width / room if room > 0 else 1.0)
-        return next((u for u in X_LIMITS if u >= need), X_LIMITS[-1])
+        # Past 1.0 the range grows for the label; the axis still stops at 1 (set_step).
+        return next((u for u in X_LIMITS if u >= need), min(1.6, need))
+
+    def _x_ticks(self, upper: float) -> None:
+        """Probability ticks far enough apart for their labels at this font and width (the
+        automatic ones ran together as "0.20.40.60.8" in a narrow plot with big text)."""
+        width = max(1.0, self.getPlotItem().getViewBox().width())
+        label = QFontMetrics(self._tick_font).horizontalAdvance("0.75") * 1.6
+        top = min(upper, 1.0)
+        for step in (0.05, 0.1, 0.2, 0.25, 0.5, 1.0):
+            if step * width / upper >= label and top / step <= 10:
+                break
+        ticks = [(i * step, f"{i * step:g}") for i in range(int(round(top / step)) + 1)]
+        key = (step, top)
+        if getattr(self, "_ticks_key", None) != key:
+            self._ticks_key = key
+            self.getPlotItem().getAxis("bottom").setTicks([ticks])
+
+    def _labelled(self, k: int, every: int, c: Candidate) -> bool:
+        """Row ``k`` gets its labels: every ``every``-th row, the chosen token's, a guessed one."""
+        step = self.step
+        chosen = step is not None and c.token_id == step.token_id
+        return k % every == 0 or chosen or c.token_id in self.marks
 
     def _label_every(self, rows: int) -> int:
         """Label every row when the labels fit, else every 2nd, 5th, ... (a pile is unreadable)."""
@@ -234,6 +273,7 @@ class DistributionPlot(pg.PlotWidget):
         first = int(np.argmax(cut)) if cut.any() else None
         if first is not None and (first == 0 or not cut[first:].all()):
             first = None
+        self.cut_note = ""  # the cut, said in words, when the plot has no room for its label
         if first is None:
             self.cut_line.hide()
             self.cut_label.setText("")
@@ -243,9 +283,21 @@ class DistributionPlot(pg.PlotWidget):
         self.cut_line.setPos(first - 0.5)
         self.cut_line.show()
         text = f"{by} cut here: {kept}" if by else f"cut here: {kept}"
+        self.cut_note = text
         width = self.getPlotItem().getViewBox().width()
-        if QFontMetrics(self._tick_font).horizontalAdvance(text) > 0.95 * width:
-            text = f"{by}: {kept}" if by else kept
+        metrics = QFontMetrics(self._tick_font)
+        # In the plot only where no bar label runs under it; else the box says it (cut_note).
+        free = width - metrics.horizontalAdvance(text) - 8
+        for k in (first - 1, first):
+            if 0 <= k < len(self.rows):
+                c = self.rows[k][1]
+                right = max(c.raw_prob, c.prob) / self._x_upper * width
+                right += metrics.horizontalAdvance(self._value_text(c)) + 12
+                free = min(free, width - right - metrics.horizontalAdvance(text) - 8)
+        if free < 0:
+            self.cut_label.setText("")
+            return
+        self.cut_note = ""
         self.cut_label.setText(text)
         # at the right edge; above the line in the lower half
         self.cut_label.setAnchor((1, 1) if first > len(cut) / 2 else (1, 0))
@@ -261,15 +313,30 @@ class DistributionPlot(pg.PlotWidget):
 
     def _place_values(self, rows: list[tuple[float, Candidate]]) -> None:
         self._more_labels(len(rows))
+        width = max(1.0, self.getPlotItem().getViewBox().width())
+        metrics = QFontMetrics(self._tick_font)
         for label, (row_y, c) in zip(self.value_labels, rows, strict=False):
-            text = value_text(c)
+            text = self._value_text(c)
             if label.toPlainText() != text:
                 label.setText(text)
-            label.setPos(max(c.raw_prob, c.prob) + self._x_upper * 0.01, row_y)
+            end = max(c.raw_prob, c.prob)
+            room = (self._x_upper - end) / self._x_upper * width
+            if room >= metrics.horizontalAdvance(text) + 8:
+                label.fill = pg.mkBrush(None)
+                label.setPos(end + self._x_upper * 0.01, row_y)
+            else:  # over the bar, on a backing that keeps it readable
+                backing = QColor(self.theme.plot_bg)
+                backing.setAlpha(215)
+                label.fill = pg.mkBrush(backing)
+                label.setPos(self._x_upper * 0.01, row_y)
             label.show()
         for label in self.value_labels[len(rows) :]:
             if label.isVisible():
                 label.hide()
+
+    def _value_text(self, c: Candidate) -> str:
+        guess = self.marks.get(c.token_id)
+        return value_text(c) + (f"  ★ guessed “{guess}”" if guess is not None else "")
 
     def shown_values(self) -> list[str]:
         return [label.toPlainText() for label in self.value_labels if label.isVisible()]

@@ -23,13 +23,14 @@ class PresenterStrip(QWidget):
         self.rows: dict[str, KnobRow] = {}
         layout = QHBoxLayout(self)
         layout.setContentsMargins(8, 4, 8, 4)
-        layout.setSpacing(24)
+        layout.setSpacing(12)
         for knob in KNOBS:
             if knob.field not in STRIP_FIELDS:
                 continue
             row = KnobRow(knob)
             row.setObjectName(f"strip_{knob.field}")
-            row.slider.setMinimumWidth(120)
+            row.slider.setMinimumWidth(50)
+            row.field.setMinimumWidth(0)
             box = QVBoxLayout()
             box.setSpacing(0)
             title = QLabel(knob.label)
