@@ -39,17 +39,31 @@ def configs() -> dict[str, Callable[[], PretrainedConfig]]:
         ),
         "qwen3": lambda: Qwen3Config(**COMMON, head_dim=8),  # q/k norm
         "gemma2": lambda: Gemma2Config(
-            **COMMON, head_dim=8, sliding_window=8, query_pre_attn_scalar=16,
-            attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+            **COMMON,
+            head_dim=8,
+            sliding_window=8,
+            query_pre_attn_scalar=16,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=3.0,
         ),  # fmt: skip
         "gemma3": lambda: Gemma3TextConfig(
-            **COMMON, head_dim=8, sliding_window=8, query_pre_attn_scalar=16,
-            layer_types=["sliding_attention", "full_attention"], final_logit_softcapping=3.0,
+            **COMMON,
+            head_dim=8,
+            sliding_window=8,
+            query_pre_attn_scalar=16,
+            layer_types=["sliding_attention", "full_attention"],
+            final_logit_softcapping=3.0,
         ),  # fmt: skip
         "phi3": lambda: Phi3Config(**COMMON, sliding_window=8),
         "gpt2": lambda: GPT2Config(
-            vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=256, bos_token_id=2,
-            eos_token_id=1, initializer_range=INIT,
+            vocab_size=VOCAB,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=256,
+            bos_token_id=2,
+            eos_token_id=1,
+            initializer_range=INIT,
         ),  # fmt: skip
     }
 
