@@ -459,7 +459,7 @@ def _stepper_rate(stepper: Any, ids: list[int], n: int) -> float:
 
 
 def static_cpu_section(
-    say: Callable[[str], None], name: str = "Qwen2.5-0.5B", new_tokens: int = 32
+    say: Callable[[str], None], name: str = "GPT-2", new_tokens: int = 32
 ) -> dict[str, Any]:
     """9. CPU: the static step (eager over the fixed-capacity cache, and torch.compile'd) vs
     the TorchScript step, alternated; decides which one CPU sessions use."""

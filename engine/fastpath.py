@@ -341,12 +341,14 @@ def compile_forward(onednn: bool) -> Any:
     return torch.jit.CompilationUnit(_LINEAR_SOURCE[onednn] + _FORWARD_SOURCE)
 
 
-def python_forward() -> Any:
+def python_forward(fresh: bool = False) -> Any:
     """The same step as plain Python functions (``forward`` etc., matrix products by
-    ``torch.matmul``), for ``torch.compile`` and CUDA graphs."""
+    ``torch.matmul``), for ``torch.compile`` and CUDA graphs. ``fresh``: a new function object
+    (its own code object), so that each ``torch.compile`` of it keeps its own cache of
+    compiled graphs instead of sharing dynamo's per-code recompile limit."""
     global _python
     with _compile_lock:
-        if _python is None:
+        if _python is None or fresh:
             scope: dict[str, Any] = {
                 "torch": torch,
                 "Tensor": torch.Tensor,
@@ -354,6 +356,8 @@ def python_forward() -> Any:
                 "Optional": typing.Optional,
             }
             exec(compile(_LINEAR_SOURCE[False] + _FORWARD_SOURCE, "<fastpath>", "exec"), scope)
+            if fresh:
+                return scope["forward"]
             _python = scope
     return _python["forward"]
 

@@ -76,7 +76,7 @@ def compiled_step(model: torch.nn.Module, dtype: torch.dtype, capacity: int) -> 
     if key not in per_model:
         # fullgraph: a graph break would leave Python between kernels, which capture forbids;
         # dynamic=False: one capacity, one set of shapes, no symbolic sizes
-        per_model[key] = torch.compile(python_forward(), fullgraph=True, dynamic=False)
+        per_model[key] = torch.compile(python_forward(fresh=True), fullgraph=True, dynamic=False)
     return per_model[key]
 
 
@@ -127,6 +127,7 @@ class StaticStepper:
         self._ids = torch.zeros(1, dtype=torch.long, device=self.device)  # [1] token id
         self._pos = torch.zeros(1, dtype=torch.long, device=self.device)  # [1] its position
         self._host = torch.zeros(2, dtype=torch.long, pin_memory=cuda)
+        self._copied = torch.cuda.Event() if cuda else None  # the last copy out of _host
 
     def _fall_back(self, reason: str) -> None:
         self.graphs = False
@@ -175,11 +176,17 @@ class StaticStepper:
 
     def _decode_graphed(self, token: int, position: int) -> torch.Tensor | None:
         """One decode token by graph replay, or None when capture failed (then eager)."""
+        # The pinned buffer is reused: wait until the last copy out of it ran. Normally it has
+        # long since (the caller read the previous token's logits back), so this costs nothing;
+        # it matters after warm_up, which returns without reading anything.
+        if self._copied is not None:
+            self._copied.synchronize()
         self._host[0], self._host[1] = token, position
-        # The previous token's logits were already read back by the caller, so the pinned
-        # buffer is free to reuse; both copies are ordered on the stream before the replay.
+        # both copies are ordered on the stream before the replay; no host sync here
         self._ids.copy_(self._host[:1], non_blocking=True)
         self._pos.copy_(self._host[1:], non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
         if self._graph is None or self._graph[0] != self.cache.capacity:
             self._graph = None  # a grown cache: new buffers, new shapes, capture again
             try:
