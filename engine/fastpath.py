@@ -271,6 +271,7 @@ def forward(
         j = torch.arange(attn_len, device=x.device)
         local = (j.unsqueeze(0) <= pos.unsqueeze(1)) & (j.unsqueeze(0) > pos.unsqueeze(1) - window)
     gqa = n_heads != n_kv
+    layer_ids = torch.arange(len(layers), device=x.device)
     i = 0
     for w in layers:
         h = norm(x, w[0], w[1], norm_kind, eps)
@@ -285,8 +286,11 @@ def forward(
         if len(inv_freqs) > 0:
             cs = cos_sin[rope_of[i]]
             qk = rotate(qk, cs[0], cs[1], rot)
-        k_all[i].index_copy_(1, pos, qk[n_heads:])
-        v_all[i].index_copy_(1, pos, v)
+        # written into the whole buffer, not into a view of layer i: torch.compile then
+        # updates the graph's input in place instead of copying a layer's cache per token
+        at: List[Optional[Tensor]] = [layer_ids[i : i + 1], None, pos]
+        torch.ops.aten.index_put_(k_all, at, qk[n_heads:].transpose(0, 1))  # [n, kv, D]
+        torch.ops.aten.index_put_(v_all, at, v.transpose(0, 1))
         mask = local if sliding[i] and local is not None else full
         att = attend(qk[:n_heads], k_all[i, :, :attn_len], v_all[i, :, :attn_len], mask,
                      attn_scale, attn_softcap, gqa)

@@ -138,3 +138,18 @@ def test_cuda_session_takes_the_graphed_step_and_equals_generate():
     assert isinstance(session.stepper, StaticStepper)
     assert session.stepper.warm_up()
     assert [r.token_id for r in session.stream()] == want
+
+
+@pytest.mark.slow
+def test_compiled_static_step_on_cpu_equals_the_torchscript_step():
+    """torch.compile (fullgraph, the cache updated in place) on CPU: what a GPU compiles
+    before capture, checked here where CI has no GPU. Compiling takes ~30 s."""
+    model = tiny("gemma3")
+    compiled = StaticStepper(model, capacity=32, compile=True, graphs=False)
+    ref = FastStepper(model)
+    seq = list(PROMPT)
+    for _ in range(8):
+        got, want = compiled.logits(seq), ref.logits(seq)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        seq.append(int(want.argmax(-1)[-1]))
+    assert compiled.compile and compiled.fallback is None
