@@ -169,7 +169,9 @@ class StaticStepper:
                 self._run(self._ids, self._pos, 1, fn)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: CUDA calls made by other threads meanwhile (none expected: the GUI
+        # thread does not touch the device) do not invalidate this capture
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = self._run(self._ids, self._pos, 1, fn)  # [1, vocab], lives in the graph's pool
         self.captures += 1
         return capacity, graph, out

@@ -115,10 +115,12 @@ def test_cuda_graph_replay_equals_the_eager_static_step(family, dtype):
     eager = StaticStepper(model, capacity=16, compile=False, graphs=False)
     assert graphed.graphs and graphed.compile
     ids = list(PROMPT)
-    tol = 1e-4 if dtype == torch.float32 else 0.1
     for _ in range(24):  # crosses 16 and 32: captured again at each capacity
         a, b = graphed.logits(ids), eager.logits(ids)
-        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+        if dtype == torch.float32:
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+        else:  # compiled kernels round bf16 differently: within a share of the logits' spread
+            assert float((a - b).abs().max()) <= 0.08 * float(b.std()) + 0.05
         ids.append(int(b.argmax(-1)[-1]))
     assert graphed.captures == 2 and graphed.fallback is None
 
