@@ -54,7 +54,19 @@ def configs() -> dict[str, Callable[[], PretrainedConfig]]:
             layer_types=["sliding_attention", "full_attention"],
             final_logit_softcapping=3.0,
         ),  # fmt: skip
+        "llama3-rope": lambda: LlamaConfig(
+            **COMMON,
+            rope_parameters={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "rope_theta": 500000.0,
+            },
+        ),  # fmt: skip
         "phi3": lambda: Phi3Config(**COMMON, sliding_window=8),
+        "phi3-partial-rotary": lambda: Phi3Config(**COMMON, partial_rotary_factor=0.5),
         "gpt2": lambda: GPT2Config(
             vocab_size=VOCAB,
             n_embd=32,
