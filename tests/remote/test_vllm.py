@@ -186,9 +186,7 @@ def test_wrong_key_and_wrong_model_are_named(vllm_server, hf_folder, prompt_ids,
 def test_speed_explore_stream_and_local(served, local, prompt_ids):
     """One run, one prompt: explore (a request per token) vs stream (one request) vs the
     local engine on the same weights; greedy, so all three give the same tokens."""
-    records = list(
-        compare_served(served, prompt_ids, GREEDY, max_new_tokens=64, local=local)
-    )
+    records = list(compare_served(served, prompt_ids, GREEDY, max_new_tokens=64, local=local))
     results = {r.method: r for r in records if isinstance(r, MethodResult)}
     print("\n" + format_table(list(results.values()), baseline=ROW_SERVED_EXPLORE))
     explore_r, stream_r = results[ROW_SERVED_EXPLORE], results[ROW_SERVED_STREAM]
