@@ -171,10 +171,10 @@ def test_wrong_key_and_wrong_model_are_named(vllm_server, hf_folder, prompt_ids,
     with pytest.raises(RemoteError) as err:
         open_served(vllm_server.url, str(hf_folder), KeySource("env"))
     assert err.value.kind == UNAUTHORIZED and err.value.status == 401
-    monkeypatch.setenv("DECODING_LAB_API_KEY", "wrong")
+    monkeypatch.setenv("DECODING_LAB_API_KEY", "bad-key-91c2")
     with pytest.raises(RemoteError) as err:
         open_served(vllm_server.url, str(hf_folder))
-    assert err.value.kind == UNAUTHORIZED and "wrong" not in str(err.value)
+    assert err.value.kind == UNAUTHORIZED and "bad-key-91c2" not in str(err.value)
     monkeypatch.setenv("DECODING_LAB_API_KEY", vllm_server.api_key)
     with pytest.raises(RemoteError) as err:
         open_served(vllm_server.url, "meta-llama/Llama-3.1-70B")
