@@ -266,7 +266,13 @@ class RemoteClient:
                 pass
         return self.backoff * (2**attempt)
 
-    def _unreachable(self, exc: Exception) -> RemoteError:
+    def _unreachable(self, exc: Exception, mid_answer: bool = False) -> RemoteError:
+        if mid_answer:
+            return RemoteError(
+                UNREACHABLE,
+                f"The connection to {self.base_url} broke in the middle of the answer "
+                f"({type(exc).__name__}): the server may have stopped. The tokens so far are kept.",
+            )
         if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
             return RemoteError(
                 UNREACHABLE,
@@ -398,8 +404,10 @@ class RemoteClient:
             **sampling,
         }  # fmt: skip
         self.requests += 1
+        answering = False
         try:
             with self._http.stream("POST", "/v1/completions", json=body) as response:
+                answering = True
                 if response.status_code >= 400:
                     response.read()
                     self._check(response, "/v1/completions")
@@ -421,7 +429,7 @@ class RemoteClient:
                     if choice.get("logprobs") and choice["logprobs"].get("tokens"):
                         yield from _positions(choice, choice.get("finish_reason"), 0.0)
         except httpx.TransportError as exc:
-            raise self._unreachable(exc) from None
+            raise self._unreachable(exc, mid_answer=answering) from None
 
     def tokenize(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """The server's tokenizer (vLLM ``/tokenize``)."""

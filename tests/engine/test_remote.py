@@ -473,3 +473,37 @@ def test_workbench_runs_a_served_model_like_a_loaded_one(model):
     assert [s.token_id for s in streamed] == [s.token_id for s in steps]
     with pytest.raises(ValueError, match="beam"):
         list(bench.start(RunRequest("hi", method="beam", settings=settings)))
+
+
+class BrokenStream(httpx.SyncByteStream):
+    """Two server-sent events, then the connection drops."""
+
+    def __init__(self, events: list[bytes]) -> None:
+        self.events = events
+
+    def __iter__(self):
+        yield from self.events
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete body")
+
+
+def test_stream_broken_mid_answer_keeps_the_tokens_so_far(model):
+    server = FakeServer(model)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        positions = [server.position(list(body["prompt"]), 5)]
+        positions.append(server.position(body["prompt"] + [int(positions[0]["token"][9:])], 5))
+        events = [
+            ("data: " + json.dumps({"choices": [_choice([p], None)]}) + "\n\n").encode()
+            for p in positions
+        ]
+        return httpx.Response(200, stream=BrokenStream(events))
+
+    session = RemoteStreamSession(client_for(handler), PROMPT, SamplerSettings(temperature=0))
+    got = []
+    with pytest.raises(RemoteError) as err:
+        for step in session.stream(10):
+            got.append(step)
+    assert err.value.kind == UNREACHABLE and "middle of the answer" in str(err.value)
+    assert len(got) == 2 and session.generated_ids == [s.token_id for s in got]
+    assert session.stop_reason == "stopped"
