@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.remote
+# The first test also waits for the server to start (up to DECODING_LAB_VLLM_START_TIMEOUT).
+pytestmark = [pytest.mark.remote, pytest.mark.timeout(1500)]
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 SHOT = Path(__file__).resolve().parents[1] / "artifacts" / "served_window.png"

@@ -21,7 +21,8 @@ from engine.remote_session import RemoteSession, RemoteStreamSession, open_serve
 from engine.session import GenerationSession
 from engine.settings import SamplerSettings
 
-pytestmark = pytest.mark.remote
+# The first test also waits for the server to start (up to DECODING_LAB_VLLM_START_TIMEOUT).
+pytestmark = [pytest.mark.remote, pytest.mark.timeout(1500)]
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 FIGURES: dict = {}
