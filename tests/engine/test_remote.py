@@ -507,3 +507,12 @@ def test_stream_broken_mid_answer_keeps_the_tokens_so_far(model):
     assert err.value.kind == UNREACHABLE and "middle of the answer" in str(err.value)
     assert len(got) == 2 and session.generated_ids == [s.token_id for s in got]
     assert session.stop_reason == "stopped"
+
+
+def test_cli_names_an_unreachable_server(monkeypatch, capsys):
+    from main import cli
+
+    monkeypatch.setattr("engine.remote.time.sleep", lambda s: None)
+    code = cli(["generate", "--server", "http://127.0.0.1:9", "--key-source", "none"])
+    err = capsys.readouterr().err
+    assert code == 1 and "error: Cannot reach the server at http://127.0.0.1:9" in err

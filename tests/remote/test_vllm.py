@@ -210,6 +210,23 @@ def test_speed_explore_stream_and_local(served, local, prompt_ids):
     )
 
 
+def test_cli_generate_explore_and_stream(vllm_server, hf_folder, served, monkeypatch, capsys):
+    from main import cli
+
+    if vllm_server.api_key:
+        monkeypatch.setenv("DECODING_LAB_API_KEY", vllm_server.api_key)
+    base = ["generate", "--server", vllm_server.url, "--model", str(hf_folder)]
+    base += ["--prompt", PROMPT, "--preset", "Greedy", "--max-new-tokens", "6"]
+    texts = []
+    for extra in ([], ["--stream"]):
+        assert cli(base + extra) == 0
+        out = capsys.readouterr()
+        assert ("stream mode" if extra else "explore mode") in out.err
+        assert "[6 tokens" in out.err
+        texts.append(out.out.strip())
+    assert texts[0] == texts[1] and texts[0]  # greedy: the same text both ways
+
+
 def test_killed_server_mid_run_keeps_the_tokens_so_far(served, vllm_server, prompt_ids):
     """Last: it kills the session's server."""
     if vllm_server.process is None:
