@@ -57,6 +57,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
     gen.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    gen.add_argument(
+        "--html", metavar="FILE", default=None,
+        help="also write the run as one self-contained web page to share",
+    )  # fmt: skip
 
     cmp = sub.add_parser("compare", help="run several decoding methods on one prompt, side by side")
     cmp.add_argument("--model", default=None, help="as for generate (default: smollm2-135m)")
@@ -84,6 +88,8 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, help="also write the figures to this file")
 
     sub.add_parser("models", help="list the bundled models")
+    les = sub.add_parser("lessons", help="list the bundled lessons, or check lesson files")
+    les.add_argument("files", nargs="*", metavar="FILE", help="lesson files (.yaml) to check")
     _add_server_options(gen, cmp)
     return parser
 
@@ -261,13 +267,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
             settings,
             tokenizer=bundle.tokenizer,
             eos_token_ids=bundle.eos_token_ids,
-            top_n=max(args.show_probs, 1),
+            top_n=max(args.show_probs, 20 if args.html else 1),
             fast=args.engine == "fast",
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    steps = []
     for step in session.stream():
+        if args.html:
+            steps.append(step)
         if args.show_probs:
             alts = ", ".join(
                 f"{_visible(c.text)!r} {c.raw_prob:.3f}" for c in step.candidates[: args.show_probs]
@@ -284,6 +293,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"stop: {s.stop_reason}]",
         file=sys.stderr,
     )
+    if args.html:
+        from engine.records import SAMPLING
+        from engine.share import write_run_html
+
+        try:
+            write_run_html(args.html, prompt, bundle.name, settings, steps, method=SAMPLING)
+        except OSError as exc:
+            print(f"error: could not write {args.html}: {exc}", file=sys.stderr)
+            return 1
+        print(f"[wrote {args.html}]", file=sys.stderr)
     return 0
 
 
@@ -370,6 +389,26 @@ def cmd_models(_args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lessons(args: argparse.Namespace) -> int:
+    from engine.lessons import LessonError, bundled_lessons, load_lesson
+
+    if not args.files:
+        for lesson in bundled_lessons():
+            name = lesson.path.name if lesson.path else ""
+            print(f"{name:36} {len(lesson.stages)} stages  {lesson.model:14} {lesson.title}")
+        return 0
+    failed = 0
+    for path in args.files:
+        try:
+            lesson = load_lesson(path)
+        except LessonError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            failed += 1
+        else:
+            print(f"{path}: OK, {lesson.title!r}, {len(lesson.stages)} stages")
+    return 1 if failed else 0
+
+
 def cli(argv: list[str] | None = None) -> int:
     """Headless entry point (`decoding-lab-cli`)."""
     parser = _build_parser()
@@ -380,6 +419,8 @@ def cli(argv: list[str] | None = None) -> int:
         return cmd_generate(args)
     if args.command == "models":
         return cmd_models(args)
+    if args.command == "lessons":
+        return cmd_lessons(args)
     if args.command == "compare":
         return cmd_compare(args)
     if args.command == "bench":

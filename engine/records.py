@@ -53,6 +53,7 @@ class Step:
     is_eos: bool = False
     source: str = "sample"  # "sample", "greedy", "forced", "draft", "target", "beam"
     prefill: bool = False  # step_time includes reading the prompt (or catching up after undo)
+    special: bool = False  # a special token of the tokenizer (<|im_end|>, </s>, ...)
     # A served model (engine.remote_session) reports only its top-N candidates: the raw mass
     # outside them ("other"), and entropies computed from N candidates plus that one lump,
     # which are lower bounds of the true entropy.
@@ -93,6 +94,7 @@ class RunStarted:
     prompt: str
     prompt_tokens: int
     settings: dict[str, Any] = field(default_factory=dict)
+    chat_template: bool = False  # the prompt was wrapped in the model's chat template
 
 
 @dataclass(frozen=True)

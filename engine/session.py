@@ -250,6 +250,7 @@ class SessionBase:
             forced=forced,
             is_eos=m.token_id in self.eos_token_ids,
             source=source,
+            special=m.token_id in self.text_track.special_ids,
         )
 
     def _add(self, step: Step) -> None:
@@ -260,6 +261,18 @@ class SessionBase:
             self.finished, self.stop_reason = True, "eos"
         elif self.max_context is not None and len(self.ids) >= self.max_context:
             self.finished, self.stop_reason = True, "context"
+
+    def resume(self, steps: Sequence[Step]) -> None:
+        """Take over a run recorded earlier (an autosave): its steps become this session's
+        history as they were; the next step reads prompt + tokens in one (chunked) prefill and
+        goes on from there."""
+        if self.history:
+            raise ValueError("resume() needs a fresh session")
+        for i, step in enumerate(steps):
+            if step.index != i:
+                raise ValueError(f"step {i} of the saved run has index {step.index}")
+            self.text_track.push(step.token_id)
+            self._add(step)
 
     def rewind(self, step_index: int) -> Rewind:
         """Discard the tokens from ``step_index`` on."""

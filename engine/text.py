@@ -68,6 +68,8 @@ class TextTrack:
     def __init__(self, tokenizer: Any | None) -> None:
         self.detok = IncrementalDetokenizer(tokenizer) if tokenizer is not None else None
         self.show = TokenTable(tokenizer)
+        # ids of special tokens (<|im_end|>, </s>, ...): views show them as marks, not text
+        self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", None) or ())
 
     def push(self, token_id: int) -> str:
         return self.detok.push(token_id) if self.detok is not None else ""

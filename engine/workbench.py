@@ -10,7 +10,7 @@ yields records (``engine.records``). A caller drives one action at a time and ma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,6 +25,7 @@ from engine.records import (
     SPEC_NGRAM,
     ChoiceHistory,
     RunStarted,
+    Step,
 )
 from engine.settings import DEFAULT_SETTINGS, SamplerSettings
 
@@ -120,12 +121,14 @@ class Workbench:
         self.session = None
         session = self._make_session(bundle, ids, request)
         self.session = session
-        yield RunStarted(request.method, request.prompt, len(ids), request.settings.to_dict())
+        yield RunStarted(
+            request.method, request.prompt, len(ids), request.settings.to_dict(),
+            chat_template=request.chat_template,
+        )  # fmt: skip
         yield from live(
-            session,
-            session.stream(request.limit),
+            session, session.stream(request.limit),
             settings=request.method not in (BEAM, SERVED_STREAM),
-        )
+        )  # fmt: skip
         yield self._choices()
 
     def step(self, request: RunRequest) -> Action:
@@ -134,6 +137,21 @@ class Workbench:
             yield from self.start(replace(request, limit=1))
         else:
             yield from self.proceed(request.settings, 1)
+
+    def resume(
+        self, request: RunRequest, steps: Sequence[Step], limit: int | None = None
+    ) -> Action:
+        """Go on with a run saved earlier (an autosave): a sampling session over the saved
+        prompt and tokens, rebuilt in one prefill; the saved steps stay as they were."""
+        bundle = self._bundle()
+        ids = bundle.encode_prompt(request.prompt, request.chat_template)
+        session = self._make_session(bundle, ids, replace(request, method=SAMPLING))
+        session.resume(steps)
+        self.session = session
+        if session.finished:
+            raise ValueError("The saved run had ended: click a token to branch, or Generate.")
+        yield from live(session, session.stream(limit))
+        yield self._choices()
 
     def proceed(self, settings: SamplerSettings, limit: int | None = None) -> Action:
         """Carry the current run on (Continue, Step) with these settings."""

@@ -31,9 +31,13 @@ def make_app(argv: list[str] | None = None) -> QApplication:
 
 
 def run_app(argv: list[str] | None = None) -> int:
-    app = make_app(argv)
+    argv = list(argv or [])
+    present = "--presentation" in argv
+    app = make_app([a for a in argv if a != "--presentation"])
     window = MainWindow()
     window.show()
+    if present:
+        window.set_presentation(True)
     return app.exec()
 
 

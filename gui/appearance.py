@@ -24,27 +24,40 @@ def apply_theme(w: MainWindow, name: str) -> None:
     w.pane.set_theme(w.theme)
     for plot in (w.dist, w.plots.speed, w.plots.entropy, w.beam_tree):
         plot.set_theme(w.theme)
+    w.plots.dist_box.key.setText(w.dist.legend_html())
     w.views.update_legend(w.theme)
 
 
 def apply_zoom(w: MainWindow, points: int) -> None:
+    """Every text follows the zoom: widgets, the token pane, and the plots' ticks, axis titles,
+    labels and keys (the presentation view adds its bonus on top)."""
+    from gui.presentation import text_points
+
     w.font_pt = max(8, min(32, points))
+    pt = text_points(w)
     font = QFont(w.font())
-    font.setPointSize(w.font_pt)
+    font.setPointSize(pt)
     app = QApplication.instance()
     if isinstance(app, QApplication):
         app.setFont(font)
     w.setFont(font)
     mono = QFont("DejaVu Sans Mono")
     mono.setStyleHint(QFont.StyleHint.Monospace)
-    mono.setPointSize(w.font_pt + 3)
+    mono.setPointSize(pt + 3)
     w.pane.setFont(mono)
     w.pane.document().setDefaultFont(mono)
     prompt_font = QFont(mono)
-    prompt_font.setPointSize(w.font_pt + 1)
+    prompt_font.setPointSize(pt + 1)
     w.prompt.setFont(prompt_font)
     for plot in (w.dist, w.plots.speed, w.plots.entropy, w.beam_tree):
-        plot.set_font_size(w.font_pt - 1)
+        plot.set_font_size(pt if w.presenting else pt - 1)
+    if hasattr(w, "classroom"):
+        w.classroom.panel.set_font_size(max(pt + 3, 27) if w.presenting else pt + 3)
+        score = QFont(font)
+        score.setBold(True)
+        score.setPointSizeF(pt * 1.3)
+        w.classroom.guess.score.setFont(score)
+        w.classroom.guess.score.setWordWrap(True)
     # Room for two lines of the step summary whatever it says: a summary that grew from one
     # line to two would shift the plot below it, and repaint it, at every token.
     line = QFontMetrics(font).lineSpacing()
@@ -61,7 +74,18 @@ def fit_left_column(w: MainWindow) -> None:
     inner.adjustSize()
     scrollbar = w.left.verticalScrollBar().sizeHint().width()
     frame = 2 * w.left.frameWidth()
-    w.left.setMinimumWidth(inner.sizeHint().width() + scrollbar + frame + 4)
+    w.left.setMinimumWidth(inner.minimumSizeHint().width() + scrollbar + frame + 4)
+
+
+def share_width(w: MainWindow) -> None:
+    """Split the window: the controls as narrow as they go, then 2 : 3 between the text and
+    the plots (the plots need the width for token labels and their values)."""
+    if w.presenting:
+        return
+    total = sum(w.splitter.sizes()) or w.width()
+    left = max(w.left.minimumWidth(), min(360, total // 4))
+    rest = max(0, total - left)
+    w.splitter.setSizes([left, rest * 2 // 5, rest - rest * 2 // 5])
 
 
 def about_text() -> str:

@@ -36,18 +36,50 @@ class Actions:
     export_png: QAction
     export_md: QAction
     quit: QAction
+    presentation: QAction
+    shortcuts: QAction
     about: QAction
     picker: ModelPicker
 
 
-Keys = str | QKeySequence.StandardKey | None
+Keys = str | QKeySequence.StandardKey | list[QKeySequence] | None
+
+_CTRL, _KEYPAD = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.KeypadModifier
+
+
+def zoom_keys() -> tuple[list[QKeySequence], list[QKeySequence], list[QKeySequence]]:
+    """Zoom in, out and reset on every keyboard: the platform's ZoomIn (Ctrl++ on most),
+    Ctrl+= (the unshifted key on US layouts), Ctrl+Shift+= as some layouts report it, and the
+    keypad's +, - and 0. (Built when asked: key sequences need the application to exist.)"""
+    zoom_in = [
+        QKeySequence(QKeySequence.StandardKey.ZoomIn), QKeySequence("Ctrl+="),
+        QKeySequence("Ctrl++"), QKeySequence("Ctrl+Shift+="),
+        QKeySequence(_CTRL | _KEYPAD | Qt.Key.Key_Plus),
+    ]  # fmt: skip
+    zoom_out = [
+        QKeySequence(QKeySequence.StandardKey.ZoomOut), QKeySequence("Ctrl+-"),
+        QKeySequence(_CTRL | _KEYPAD | Qt.Key.Key_Minus),
+    ]  # fmt: skip
+    reset = [QKeySequence("Ctrl+0"), QKeySequence(_CTRL | _KEYPAD | Qt.Key.Key_0)]
+    return zoom_in, zoom_out, reset
+
+
+def _unique(keys: list[QKeySequence]) -> list[QKeySequence]:
+    seen: list[QKeySequence] = []
+    for k in keys:
+        if not k.isEmpty() and k not in seen:
+            seen.append(k)
+    return seen
 
 
 def build_actions(w: MainWindow) -> Actions:
     def action(text: str, keys: Keys, tip: str, slot: Callable[[], object]) -> QAction:
         a = QAction(text, w)
         if keys is not None:
-            a.setShortcut(QKeySequence(keys))
+            if isinstance(keys, list):
+                a.setShortcuts(_unique(keys))
+            else:
+                a.setShortcut(QKeySequence(keys))
             shown = a.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
             a.setToolTip(f"{tip} ({shown})")
         else:
@@ -57,6 +89,7 @@ def build_actions(w: MainWindow) -> Actions:
         w.addAction(a)
         return a
 
+    zoom_in_keys, zoom_out_keys, zoom_reset_keys = zoom_keys()
     acts = Actions(
         generate=action("Generate", "Ctrl+Return", "Start a new run from the prompt", w.generate),
         stop=action("Stop", "Esc", "Stop after the current token", w.stop),
@@ -74,15 +107,17 @@ def build_actions(w: MainWindow) -> Actions:
         clear=action("Clear", "Ctrl+L", "Clear the output and the plots", w.clear_output),
         theme=action("Dark theme", "Ctrl+T", "Switch between light and dark", w.toggle_theme),
         zoom_in=action(
-            "A+", QKeySequence.StandardKey.ZoomIn, "Bigger text", lambda: w.set_zoom(w.font_pt + 1)
+            "A+", zoom_in_keys, "Bigger text, plots included", lambda: w.set_zoom(w.font_pt + 1)
         ),
         zoom_out=action(
             "A−",
-            QKeySequence.StandardKey.ZoomOut,
-            "Smaller text",
+            zoom_out_keys,
+            "Smaller text, plots included",
             lambda: w.set_zoom(w.font_pt - 1),
         ),  # fmt: skip
-        zoom_reset=action("A", "Ctrl+0", "Normal text size", lambda: w.set_zoom(BASE_FONT_PT)),
+        zoom_reset=action(
+            "A", zoom_reset_keys, "Normal text size", lambda: w.set_zoom(BASE_FONT_PT)
+        ),
         export_json=action(
             "Export run as JSON…",
             None,
@@ -99,27 +134,49 @@ def build_actions(w: MainWindow) -> Actions:
             "Export text as Markdown…", None, "The prompt and the output", lambda: w.export("md")
         ),
         quit=action("Quit", QKeySequence.StandardKey.Quit, "Close Decoding Lab", w.close),
+        presentation=action(
+            "Presentation view",
+            "F5",
+            "For a projector: the output and the distribution fill the screen, big text",
+            lambda: w.set_presentation(not w.presenting),
+        ),  # fmt: skip
+        shortcuts=action(
+            "Keyboard shortcuts", "F1", "Every key the window knows", w.show_shortcuts
+        ),
         about=action("About Decoding Lab", None, "Versions and licences", w.show_about),
         picker=ModelPicker(),
     )
     acts.theme.setCheckable(True)
+    acts.presentation.setCheckable(True)
+    # short words on the toolbar buttons (the menus keep the full names)
+    acts.presentation.setIconText("Present")
+    acts.undo.setIconText("Undo")
+    acts.theme.setIconText("Dark")
+    acts.picker.setMaximumWidth(280)
 
     tb = QToolBar("Main")
     tb.setObjectName("main_toolbar")
     tb.setMovable(False)
     tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
     w.addToolBar(tb)
-    tb.addWidget(QLabel(" Model "))
-    tb.addWidget(acts.picker)
-    tb.addSeparator()
+    # shown in the normal view only (the presentation view keeps the run's buttons)
+    w.normal_only_actions = [tb.addWidget(QLabel(" Model ")), tb.addWidget(acts.picker)]
+    w.normal_only_actions.append(tb.addSeparator())
     for a in (acts.generate, acts.stop, acts.step, acts.continue_, acts.undo, acts.clear):
         tb.addAction(a)
     tb.addSeparator()
-    tb.addAction(acts.theme)
+    tb.addAction(acts.presentation)
+    view = QToolBar("View")
+    view.setObjectName("view_toolbar")
+    view.setMovable(False)
+    view.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+    w.addToolBar(view)
+    w.view_toolbar = view
+    view.addAction(acts.theme)
     for a in (acts.zoom_out, acts.zoom_reset, acts.zoom_in):
-        tb.addAction(a)
-    tb.addSeparator()
-    export = tb.addAction("Export…")
+        view.addAction(a)
+    view.addSeparator()
+    export = view.addAction("Export…")
     export.setToolTip("Save the run: JSON, CSV, PNG or Markdown")
     export.triggered.connect(lambda: w.export("json"))
 
@@ -131,5 +188,27 @@ def build_actions(w: MainWindow) -> Actions:
     edit_menu = w.menuBar().addMenu("&Edit")
     for a in (acts.undo, acts.redo, acts.clear):
         edit_menu.addAction(a)
-    w.menuBar().addMenu("&Help").addAction(acts.about)
+    view_menu = w.menuBar().addMenu("&View")
+    for a in (acts.presentation, acts.theme, acts.zoom_in, acts.zoom_out, acts.zoom_reset):
+        view_menu.addAction(a)
+    help_menu = w.menuBar().addMenu("&Help")
+    help_menu.addAction(acts.shortcuts)
+    help_menu.addAction(acts.about)
     return acts
+
+
+def shortcuts_html(acts: Actions) -> str:
+    """Every action with a key, and the keys that are not actions (a table for Help)."""
+    rows = []
+    for name in Actions.__dataclass_fields__:
+        a = getattr(acts, name)
+        if not isinstance(a, QAction) or not a.shortcuts():
+            continue
+        keys = ", ".join(k.toString(QKeySequence.SequenceFormat.NativeText) for k in a.shortcuts())
+        rows.append((a.text().replace("&", ""), keys))
+    rows += [
+        ("Choose another token", "click its bar in the distribution"),
+        ("Inspect a step", "click its token in the output"),
+    ]
+    body = "".join(f"<tr><td>{t}</td><td><b>{k}</b></td></tr>" for t, k in rows)
+    return f"<table cellspacing=6>{body}</table>"

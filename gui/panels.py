@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QFormLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -22,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.widgets.beam_tree import BeamTreeView
+from gui.widgets.beam_tree import BeamTreePanel, BeamTreeView
 from gui.widgets.compare_view import CompareView
 from gui.widgets.method_panel import MethodPanel
 from gui.widgets.plots import DistributionPlot, SeriesPlot, step_summary
@@ -49,6 +50,16 @@ class ControlsColumn(QScrollArea):
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.method)
         column.addWidget(self.sampler, 1)
+        # Long choices ("Temperature first (transformers)") must not widen the column: the
+        # combo boxes elide, and their popups show the whole text.
+        for combo in inner.findChildren(QComboBox):
+            combo.setSizeAdjustPolicy(
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            combo.setMinimumContentsLength(4)
+        # In a narrow window a field goes below its label instead of widening the column.
+        for form in inner.findChildren(QFormLayout):
+            form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.setWidget(inner)
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -70,6 +81,7 @@ class StatusArea:
         self.text.setTextFormat(Qt.TextFormat.PlainText)
         self.text.setMinimumWidth(1)
         self.rate = QLabel("")
+        self.rate.setContentsMargins(16, 0, 4, 0)  # apart from the message beside it
         bar.addWidget(self.model)
         bar.addWidget(self.busy)
         bar.addWidget(self.text, 1)
@@ -99,18 +111,19 @@ class PromptBox(QGroupBox):
 
     def describe_model(self, encoder_decoder: bool, has_chat_template: bool) -> None:
         self.label.setText(
-            "<b>Encoder input</b>: the encoder reads this once; the decoder then writes the "
-            "output below, token by token."
+            "<b>Encoder input</b>, read once; the decoder writes the output below."
             if encoder_decoder
             else "<b>Prompt</b>: the model continues this text."
         )
         self.chat_template.setEnabled(has_chat_template)
         self.chat_template.setChecked(has_chat_template)
+        self.chat_template.setVisible(has_chat_template)  # room for the label when unused
 
 
 class OutputBox(QGroupBox):
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Output: one box per token. Hover for details, click to inspect.", parent)
+        self.normal_title = "Output"  # a long title would set the column's minimum width
+        super().__init__(self.normal_title, parent)
         self.pane = TokenPane()
         self.color_mode = QComboBox()
         self.color_mode.setObjectName("color_mode")
@@ -119,12 +132,21 @@ class OutputBox(QGroupBox):
         self.color_mode.setToolTip("How each token's box is coloured.")
         self.legend = _shrinkable(QLabel())
         self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.special = QCheckBox("Special tokens")
+        self.special.setObjectName("show_special")
+        self.special.setChecked(True)
+        self.special.setToolTip(
+            "Show tokens such as <|im_end|> as small grey marks; untick to hide them."
+        )
         layout = QVBoxLayout(self)
-        row = QHBoxLayout()
-        row.addWidget(self.legend, 1)
+        row = QHBoxLayout()  # the controls on one line, the key on its own full-width line
+        row.addWidget(self.special)
+        row.addStretch(1)
         row.addWidget(self.color_mode)
         layout.addLayout(row)
+        layout.addWidget(self.legend)
         layout.addWidget(self.pane, 1)
+        self.special.toggled.connect(self.pane.set_show_special)
 
 
 class DistributionBox(QWidget):
@@ -144,10 +166,15 @@ class DistributionBox(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
         row.addWidget(self.hint, 1)
-        row.addWidget(QLabel("Show top"))
+        self.top_n_label = QLabel("Show top")
+        row.addWidget(self.top_n_label)
         row.addWidget(self.top_n)
         layout.addLayout(row)
+        self.key = _shrinkable(QLabel(self.plot.legend_html()))
+        self.key.setObjectName("dist_key")
+        self.key.setTextFormat(Qt.TextFormat.RichText)
         layout.addWidget(self.info)
+        layout.addWidget(self.key)
         layout.addWidget(self.plot, 1)
         self.top_n.valueChanged.connect(self.plot.set_top_n)
 
@@ -159,22 +186,32 @@ class PlotArea(QSplitter):
         super().__init__(Qt.Orientation.Vertical, parent)
         self.dist_box = DistributionBox()
         self.speed = SeriesPlot(
-            "Speed", "tokens / s", [("running", "#1f6feb"), ("this step", "#e8772e")]
+            "Speed", "tokens / s", [("running", "#0072b2"), ("this step", "#e69f00")]
         )
         self.entropy = SeriesPlot(
-            "Entropy", "bits", [("model", "#1f6feb"), ("after sampler", "#e8772e")]
+            "Entropy", "bits", [("model", "#0072b2"), ("after sampler", "#e69f00")]
         )
         self.beam_tree = BeamTreeView()
         self.compare_view = CompareView()
         self.tabs = QTabWidget()
         self.tabs.setObjectName("right_tabs")
         self.tabs.addTab(self.dist_box, "Distribution")
-        self.tabs.addTab(self.beam_tree, "Beam tree")
-        self.tabs.addTab(self.compare_view, "Compare methods")
-        bottom = QSplitter(Qt.Orientation.Horizontal)
-        bottom.addWidget(self.speed)
-        bottom.addWidget(self.entropy)
+        self.beam_panel = BeamTreePanel(self.beam_tree)
+        self.tabs.addTab(self.beam_panel, "Beam tree")
+        self.tabs.addTab(self.compare_view, "Compare")
+        self.entropy.setToolTip(
+            "Entropy: how unsure the model is, in bits. 2 to the power of the entropy is the "
+            "number of equally likely tokens that would be as unsure: 3 bits ≈ a fair pick "
+            "among 8. 'model': before the sampler; 'after sampler': what was sampled from."
+        )
+        self.speed.setToolTip(
+            "Tokens per second of the decode steps (the first token, which reads the whole "
+            "prompt, is timed on its own: see the status bar). 'this step': each token's rate."
+        )
+        self.curves = QSplitter(Qt.Orientation.Horizontal)
+        self.curves.addWidget(self.speed)
+        self.curves.addWidget(self.entropy)
         self.addWidget(self.tabs)
-        self.addWidget(bottom)
+        self.addWidget(self.curves)
         self.setStretchFactor(0, 3)
         self.setStretchFactor(1, 2)

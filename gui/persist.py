@@ -124,7 +124,7 @@ def read_autosave(w: MainWindow) -> bool:
 
 EXPORT_FILTERS = {
     "json": "JSON (*.json)", "csv": "CSV (*.csv)", "png": "PNG image (*.png)",
-    "md": "Markdown (*.md)",
+    "md": "Markdown (*.md)", "html": "Web page (*.html)",
 }  # fmt: skip
 
 

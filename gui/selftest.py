@@ -44,16 +44,14 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
         summary = [try_model(window, name, entry.example_prompt, timeout, log)
                    for name, entry in BUNDLED.items()]  # fmt: skip
         shot = out / "self-test.png"
-        if not window.grab().save(str(shot)):
-            raise RuntimeError(f"could not save the screenshot {shot}")
+        save(window, shot)
+        views = classroom_views(window, out, timeout, log)
         window.close()
         total = time.perf_counter() - started
-        log(f"screenshot {shot}; all good in {total:.1f}s")
-        print(
-            f"self-test OK in {total:.1f}s: "
-            + "; ".join(summary)
-            + f"; screenshot {shot}; log {log_path}"
-        )
+        names = ", ".join(str(p) for p in (shot, *views))
+        log(f"screenshots {names}; all good in {total:.1f}s")
+        print(f"self-test OK in {total:.1f}s: " + "; ".join(summary)
+              + f"; screenshots {names}; log {log_path}")  # fmt: skip
         return 0
     except Exception as exc:  # noqa: BLE001 - the reason is the output
         log("FAILED: " + "".join(traceback.format_exception(exc)))
@@ -61,6 +59,48 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
             f"self-test FAILED: {exc.__class__.__name__}: {exc} (log {log_path})", file=sys.stderr
         )
         return 1
+
+
+def save(window: MainWindow, path: Path) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    for _ in range(5):  # let layouts settle before the grab
+        QApplication.processEvents()
+    if not window.grab().save(str(path)):
+        raise RuntimeError(f"could not save the screenshot {path}")
+
+
+def classroom_views(
+    window: MainWindow, out: Path, timeout: float, log: Callable[[str], None]
+) -> list[Path]:
+    """The two views a teacher projects, at 1280x720: the normal view, and the presentation
+    view after a sampled run on the default model."""
+    from engine.catalog import BUNDLED, DEFAULT_MODEL
+    from gui.app import pump_until, wait_for_run
+
+    window.resize(1280, 720)
+    normal = out / "normal-1280.png"
+    save(window, normal)
+    window.load_model(DEFAULT_MODEL)
+    pump_until(lambda: (window.bundle is not None and window.bundle.source_key == DEFAULT_MODEL
+                        and not window.runner.busy) or window.last_error is not None,
+               timeout, "the default model to load")  # fmt: skip
+    window.set_presentation(True)
+    window.prompt.setPlainText(BUNDLED[DEFAULT_MODEL].example_prompt)
+    settings = window.sampler.settings().with_(temperature=0.8, top_k=40, top_p=0.9,
+                                               max_new_tokens=24, seed=7)  # fmt: skip
+    window.sampler.set_settings(settings)
+    request = replace(window._request(new_seed=False), settings=settings)
+    run = wait_for_run(window, lambda: window.runner.generate(request), timeout, "a sampled run")
+    if run is None or window.last_error:
+        raise RuntimeError(f"the presentation run failed: {window.last_error}")
+    window.select_step(min(8, len(window.steps) - 1))
+    present = out / "presentation.png"
+    save(window, present)
+    window.set_presentation(False)
+    log(f"classroom views: {normal.name} (normal view) and {present.name} "
+        f"(presentation view, {len(window.steps)} sampled tokens) at 1280x720")  # fmt: skip
+    return [normal, present]
 
 
 def try_model(

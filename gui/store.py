@@ -10,6 +10,8 @@ read the store too.
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +38,8 @@ def _dumps(step: Step) -> str:
     return json.dumps(step_to_dict(step), ensure_ascii=False)
 
 
-SERIES = ("running", "per_step", "h_raw", "h")
+SERIES = ("running", "per_step", "h_raw", "h", "paced")
+NAN = math.nan
 
 
 @dataclass
@@ -66,6 +69,7 @@ class RunStore:
     def __init__(self, keep_full: int | None = KEEP_FULL) -> None:
         self.keep_full = keep_full
         self.inbox: deque[Any] = deque()
+        self._pushed_at: deque[float] = deque()  # when each Step was pushed, in order
         self.version = 0  # bumped by every change, so savers know when to write
         self.results: list[MethodResult] = []
         self.clear()
@@ -81,12 +85,15 @@ class RunStore:
         self.summary: RunSummary | None = None
         self.choices = ChoiceHistory(False, False)
         self.restored = False  # the steps came from an autosave, not from this session
+        self.arrived: list[float] = []  # when each step reached the store (wall clock)
         self._saved: list[str] = []  # each step's autosave JSON, written once
         self.version += 1
 
     # -- in (any thread) ---------------------------------------------------------------------
 
     def push(self, record: Any) -> None:
+        if isinstance(record, Step):
+            self._pushed_at.append(time.perf_counter())  # before the record: drain pairs them
         self.inbox.append(record)
 
     # -- out (GUI thread) --------------------------------------------------------------------
@@ -127,18 +134,32 @@ class RunStore:
         return change
 
     def _append(self, step: Step) -> None:
+        arrived = self._pushed_at.popleft() if self._pushed_at else time.perf_counter()
         self.steps.append(step)
+        self.arrived.append(arrived)
         self._saved.append(_dumps(step))
         for i in lighten_old(self.steps, 1, self.keep_full):  # the autosave keeps what we keep
             self._saved[i] = _dumps(self.steps[i])
         s = self.series
-        s["running"].append(step.tokens_per_s)
-        s["per_step"].append(1.0 / step.step_time if step.step_time > 0 else 0.0)
+        # The step that read the prompt is not a decode step: no point on the speed curves
+        # (its time is the time to first token, shown on its own).
+        s["running"].append(NAN if step.prefill else step.tokens_per_s)
+        decode = step.step_time > 0 and not step.prefill
+        s["per_step"].append(1.0 / step.step_time if decode else NAN)
+        s["paced"].append(self._paced_rate())
         s["h_raw"].append(step.entropy_raw)
         s["h"].append(step.entropy)
 
+    def _paced_rate(self) -> float:
+        """Tokens per second as they reached the screen, over the last 20 (pacing included)."""
+        t = self.arrived[-21:]
+        if len(t) < 2 or t[-1] <= t[0]:
+            return NAN
+        return (len(t) - 1) / (t[-1] - t[0])
+
     def _truncate(self, keep: int) -> None:
         del self.steps[keep:]
+        del self.arrived[keep:]
         del self._saved[keep:]
         for values in self.series.values():
             del values[keep:]
@@ -152,6 +173,12 @@ class RunStore:
     @property
     def method(self) -> str | None:
         return self.run.method if self.run else None
+
+    def can_resume(self) -> bool:
+        """A restored sampling run that can go on (its cache is rebuilt in one prefill)."""
+        from engine.records import SAMPLING
+
+        return self.restored and self.method == SAMPLING and self.can_continue()
 
     def can_continue(self) -> bool:
         """Steps exist and the run did not end its answer or fill the context."""
@@ -167,6 +194,11 @@ class RunStore:
             return run_to_csv(self.steps)
         if kind == "md":
             return run_to_markdown(prompt, model, settings, self.steps)
+        if kind == "html":
+            from engine.share import run_to_html
+
+            method = self.run.method if self.run else ""
+            return run_to_html(prompt, model, settings, self.steps, method=method)
         raise ValueError(f"unknown export format {kind!r}")
 
     def autosave_text(self, head: dict[str, Any]) -> str:
@@ -176,6 +208,7 @@ class RunStore:
         if self.run is not None:
             head.setdefault("method", self.run.method)
             head.setdefault("prompt", self.run.prompt)
+            head.setdefault("chat_template", self.run.chat_template)
         return (
             json.dumps(head, ensure_ascii=False)[:-1]
             + ', "steps": ['
@@ -189,8 +222,10 @@ class RunStore:
         if data.get("format") != AUTOSAVE_FORMAT:
             raise ValueError("not a Decoding Lab autosave")
         steps = steps_from_dict(data)
-        run = RunStarted(data.get("method", "sampling"), data.get("prompt", ""), 0,
-                         data.get("settings", {}))  # fmt: skip
+        run = RunStarted(
+            data.get("method", "sampling"), data.get("prompt", ""), 0, data.get("settings", {}),
+            chat_template=bool(data.get("chat_template", False)),
+        )  # fmt: skip
         self.inbox.extend([run, *steps])
         change = self.drain()
         self.restored = True

@@ -32,21 +32,27 @@ class Theme:
     target: str = "#ffd8b5"  # speculative: tokens the target model chose
 
 
+# Okabe-Ito hues (Okabe & Ito 2008, "Color Universal Design"): told apart with every common
+# colour-vision deficiency; no red-versus-green pair carries meaning anywhere in the window.
+# Rank buckets run blue -> yellow -> orange -> purple; probability runs orange (low) -> blue.
 LIGHT = Theme(
-    name="light", window="#f4f4f6", base="#ffffff", text="#1b1b1f", muted="#6b6b76",
-    accent="#1f6feb", raw_bar="#9db8e0", kept_bar="#e8772e", cut_bar="#c9c9cf",
-    chosen="#c0143c", plot_bg="#ffffff", grid_alpha=0.25,
-    buckets=("#b9f2c4", "#fff2a8", "#ffd0a1", "#ffb3b8"),
-    prob_low="#ffb3b8", prob_high="#b9f2c4", forced="#c9b8ff",
+    name="light", window="#f4f4f6", base="#ffffff", text="#1b1b1f", muted="#5f5f6a",
+    accent="#0072b2", raw_bar="#56b4e9", kept_bar="#e69f00", cut_bar="#8c8c96",
+    chosen="#1b1b1f", plot_bg="#ffffff", grid_alpha=0.25,
+    buckets=("#bfe0f5", "#f7ecA0", "#f5c98c", "#e2b3d3"),
+    prob_low="#f5c98c", prob_high="#bfe0f5", forced="#c9e8dc",
+    draft="#bfe0f5", target="#f5c98c",
 )  # fmt: skip
 
 DARK = Theme(
-    name="dark", window="#1e1f24", base="#16171b", text="#ececf1", muted="#9a9aa6",
-    accent="#58a6ff", raw_bar="#3d5f8f", kept_bar="#f0883e", cut_bar="#4a4a52",
-    chosen="#ff5c7a", plot_bg="#16171b", grid_alpha=0.3,
-    buckets=("#1f5f35", "#6b5d12", "#7a4316", "#7d2630"),
-    prob_low="#7d2630", prob_high="#1f5f35", forced="#4b3a8f", draft="#1d4f7a", target="#7a4a1d",
+    name="dark", window="#1e1f24", base="#16171b", text="#ececf1", muted="#a4a4b0",
+    accent="#56b4e9", raw_bar="#56b4e9", kept_bar="#e69f00", cut_bar="#b4b4be",
+    chosen="#ffffff", plot_bg="#16171b", grid_alpha=0.3,
+    buckets=("#1d5275", "#6b6114", "#7f4a12", "#633057"),
+    prob_low="#7f4a12", prob_high="#1d5275", forced="#0d6650", draft="#1d5275", target="#7f4a12",
 )  # fmt: skip
+
+CUT_MARK = "#cc79a7"  # Okabe-Ito reddish purple: the line where the filters cut
 
 THEMES = {"light": LIGHT, "dark": DARK}
 BUCKET_LABELS = ("top-1", "top-10", "top-100", "rest")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtWidgets import QLabel
 
-from engine.records import SPEC_DRAFT, SPEC_NGRAM, SpeculativeReport
+from engine.records import SPEC_DRAFT, SPEC_NGRAM, RunSummary, SpeculativeReport, Step
 from gui.panels import OutputBox, PlotArea
 from gui.store import Change, RunStore
-from gui.theme import BUCKET_LABELS, Theme
+from gui.theme import BUCKET_LABELS, CUT_MARK, Theme
 from gui.widgets.method_panel import MethodPanel
 from gui.widgets.plots import step_summary
 from gui.widgets.token_pane import COLOR_BY_RANK
@@ -28,6 +28,33 @@ def report_text(st: SpeculativeReport) -> str:
     )
 
 
+def speed_text(
+    steps: list[Step], summary: RunSummary | None, pacing: float, paced: np.ndarray
+) -> str:
+    """The speed as the plot's title and the status bar both say it: decode rate (or the paced
+    rate the class sees), time per token, and the time to the first token on its own."""
+    last = steps[-1]
+    decode = [s.step_time for s in steps if not s.prefill and s.step_time > 0]
+    per_token = f" · {1000 * sum(decode[-20:]) / len(decode[-20:]):.0f} ms/token" if decode else ""
+    first = next((s for s in steps if s.prefill), None)
+    ttft = summary.first_token_s if summary is not None else None
+    if ttft is None and first is not None:
+        ttft = first.step_time
+    first_text = f" · first token {ttft:.2f} s" if ttft is not None else ""
+    if pacing > 0 and len(paced) and np.isfinite(paced[-1]):
+        return (
+            f"{paced[-1]:.1f} tok/s paced to {pacing:g} (the model alone: "
+            f"{last.tokens_per_s:.1f}){first_text}"
+        )
+    return f"{last.tokens_per_s:.1f} tok/s{per_token}{first_text}"
+
+
+def choices(bits: float) -> str:
+    """What an entropy means: as unsure as a fair pick among this many tokens."""
+    n = max(1, round(2**bits))
+    return "1 sure choice" if n == 1 else f"a fair pick of {n}"
+
+
 class RunView:
     def __init__(
         self,
@@ -42,6 +69,8 @@ class RunView:
         self.pane = output.pane
         self.pane.bind(store)
         self.selected: int | None = None
+        self.pacing = 0.0  # tokens/s the worker is held to (0: off); set by the window
+        self.compact = False  # the presentation view: shorter step summaries
         self._frame = 0
 
     # -- the run -----------------------------------------------------------------------------
@@ -95,24 +124,28 @@ class RunView:
         self._frame += 1
         if not busy or self._frame % DIST_EVERY == 0:
             dist.set_step(steps[index])
-            info.setText(step_summary(steps[index]))
+            note = dist.cut_note  # the cut's label when the plot had no room for it
+            extra = f" · <span style='color:{CUT_MARK}'>┅ {note}</span>" if note else ""
+            info.setText(step_summary(steps[index], compact=self.compact) + extra)
         if busy and self._frame % SERIES_EVERY != 1:
             return
         x = np.arange(1, len(steps) + 1)
         series = {k: np.asarray(v) for k, v in self.store.series.items()}
         last = steps[-1]
+        text = speed_text(steps, self.store.summary, self.pacing, series["paced"])
+        running = series["paced"] if self.pacing > 0 else series["running"]
+        speed.set_note("paced" if self.pacing > 0 else "")
         speed.set_series(
-            x, {"running": series["running"], "this step": series["per_step"]},
-            f"{last.tokens_per_s:.1f} tok/s · {last.step_time * 1000:.0f} ms/token",
-        )  # fmt: skip
+            x, {"running": running, "this step": series["per_step"]}, text.split(" · first")[0]
+        )
         entropy.set_series(
             x, {"model": series["h_raw"], "after sampler": series["h"]},
-            f"entropy {last.entropy_raw:.2f} bits ≈ {2 ** last.entropy_raw:.0f} tokens",
+            f"{last.entropy_raw:.2f} bits ≈ {choices(last.entropy_raw)}",
         )  # fmt: skip
         marker = self.selected + 1 if self.selected is not None else None
         speed.mark(marker)
         entropy.mark(marker)
-        self.rate_label.setText(f"{len(steps)} tokens · {last.tokens_per_s:.1f} tok/s")
+        self.rate_label.setText(f"{len(steps)} tokens · {text}")
 
     # -- colours -----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ views redrawn by a 30 Hz timer, so the generation rate never drives the screen r
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal, Slot
@@ -15,22 +16,26 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QSplitter,
+    QVBoxLayout,
+    QWidget,
 )
 
 from engine.models import ModelBundle
-from engine.records import BEAM, RunSummary, Step
+from engine.records import BEAM, SAMPLING, RunSummary, Step
 from engine.workbench import RunRequest
-from gui import appearance, persist
-from gui.menus import BASE_FONT_PT, build_actions
+from gui import appearance, persist, presentation
+from gui.lessons import Classroom
+from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
 from gui.panels import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
 from gui.store import RunStore
 from gui.theme import THEMES
 from gui.views import RunView
+from gui.widgets.presenter_strip import PresenterStrip
 from gui.worker import EngineRunner
 
 REDRAW_HZ = 30
 AUTOSAVE_MS = 2000  # while something changed, write the autosave at most this often
-RUN_JOBS = ("generate", "step", "continue", "branch")
+RUN_JOBS = ("generate", "step", "continue", "branch", "resume")
 STOP_REASONS = {
     "eos": "the model ended its answer",
     "max_new_tokens": "reached the token limit (Continue for more)",
@@ -63,13 +68,18 @@ class MainWindow(QMainWindow):
         self._loading_source: str | None = None
         self._closing = False
         self._saved_version = -1
+        self.presenting = False
 
         self._build_ui()
         self.acts = build_actions(self)
         self.picker = self.acts.picker
+        self.classroom = Classroom(self)
+        self.classroom.build_menus()
         self.views = RunView(self.store, self.output, self.plots, self.method, self.rate_label)
         self._wire()
         initial = persist.restore_state(self, self.settings_store)
+        if self.settings_store.value("window/splitter") is None:  # first start: share it out
+            QTimer.singleShot(0, lambda: appearance.share_width(self))
         self.timer = QTimer(self, interval=1000 // REDRAW_HZ, timeout=self.refresh)
         self.timer.start()
         self.autosave_timer = QTimer(self, interval=AUTOSAVE_MS, singleShot=True)
@@ -103,7 +113,15 @@ class MainWindow(QMainWindow):
             self.splitter.addWidget(widget)
             self.splitter.setStretchFactor(i, stretch)
         self.splitter.setSizes([350, 550, 820])
-        self.setCentralWidget(self.splitter)
+        self.strip = PresenterStrip(self.sampler)
+        self.strip.hide()
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.strip)
+        column.addWidget(self.splitter, 1)
+        self.setCentralWidget(central)
         self.status = StatusArea(self.statusBar())
         self.model_label, self.busy_bar = self.status.model, self.status.busy
         self.status_text, self.rate_label = self.status.text, self.status.rate
@@ -117,7 +135,8 @@ class MainWindow(QMainWindow):
     def _wire(self) -> None:
         r = self.runner
         r.busy_changed.connect(self._on_busy)
-        r.progress.connect(self.status_text.setText)
+        r.progress.connect(self._on_progress)
+        r.fraction.connect(self._on_fraction)
         r.model_loaded.connect(self._on_model_loaded)
         r.load_failed.connect(self._on_load_failed)
         r.draft_loaded.connect(self._on_draft_loaded)
@@ -128,6 +147,7 @@ class MainWindow(QMainWindow):
         self.compare_view.run_requested.connect(self.run_comparison)
         self.sampler.settings_changed.connect(r.send_settings)
         self.sampler.pacing_changed.connect(r.set_pacing)
+        self.sampler.pacing_changed.connect(self._set_pacing_shown)
         self.pane.token_clicked.connect(self.select_step)
         self.dist.bar_clicked.connect(self.choose_token)
         self.output.color_mode.currentIndexChanged.connect(self._set_color_mode)
@@ -145,6 +165,7 @@ class MainWindow(QMainWindow):
 
     def _request(self, new_seed: bool = True, limit: int | None = None) -> RunRequest:
         settings = self.sampler.next_run_settings() if new_seed else self.sampler.settings()
+        settings = self.classroom.settings(settings)
         return RunRequest(
             prompt=self.prompt.toPlainText(), method=self.method.current(), settings=settings,
             chat_template=self.prompt_box.use_chat(), num_beams=self.method.beams.value(),
@@ -221,18 +242,42 @@ class MainWindow(QMainWindow):
             self.store.clear()  # the old run leaves the screen now, not when the new one starts
             self.views.clear()
             if request.method == BEAM:
-                self.tabs.setCurrentWidget(self.beam_tree)
+                self.tabs.setCurrentWidget(self.plots.beam_panel)
             self.status_text.setText("Generating…")
 
     @Slot()
     def step_once(self) -> None:
-        if not self.runner.busy:
+        if self.runner.busy:
+            return
+        if self.store.can_resume():
+            self._resume(1)
+        else:
             self.runner.step(self._request(new_seed=not self.store.steps))
 
     @Slot()
     def continue_run(self) -> None:
-        if not self.runner.busy:
+        if self.runner.busy:
+            return
+        if self.store.can_resume():
+            self._resume(None)
+        else:
             self.runner.continue_(self.sampler.settings())
+
+    def _resume(self, limit: int | None) -> None:
+        """Continue or Step on a run restored from the autosave: the engine rebuilds it from
+        the saved prompt and tokens (one prefill), then goes on."""
+        run = self.store.run
+        if self.bundle is None or run is None:
+            self.show_error("Load a model first: the restored run needs one to go on.")
+            return
+        request = replace(
+            self._request(new_seed=False), prompt=run.prompt, chat_template=run.chat_template,
+            method=SAMPLING,
+        )  # fmt: skip
+        if self.runner.resume(request, self.store.steps, limit):
+            self.status_text.setText(
+                f"Rebuilding the restored run ({len(self.store.steps)} tokens), then going on…"
+            )
 
     @Slot()
     def undo(self) -> None:
@@ -285,9 +330,13 @@ class MainWindow(QMainWindow):
     def _on_method_changed(self, method: str) -> None:
         self.views.update_legend(self.theme)
         if method == BEAM:
-            self.tabs.setCurrentWidget(self.beam_tree)
-        elif self.tabs.currentWidget() is self.beam_tree:
+            self.tabs.setCurrentWidget(self.plots.beam_panel)
+        elif self.tabs.currentWidget() is self.plots.beam_panel:
             self.tabs.setCurrentIndex(0)
+
+    @Slot(float)
+    def _set_pacing_shown(self, rate: float) -> None:
+        self.views.pacing = rate
 
     @Slot(int)
     def select_step(self, index: int) -> None:
@@ -307,8 +356,21 @@ class MainWindow(QMainWindow):
 
     drain = refresh  # the name the tests and the benchmark use
 
+    @Slot(str)
+    def _on_progress(self, text: str) -> None:
+        self.status_text.setText(text)
+        if self.runner.job_name == "compare":
+            self.compare_view.set_progress(text)
+
+    @Slot(float)
+    def _on_fraction(self, fraction: float) -> None:
+        """A long step that knows how far it got (reading a long prompt): a filling bar."""
+        self.busy_bar.setRange(0, 1000)
+        self.busy_bar.setValue(round(1000 * min(1.0, max(0.0, fraction))))
+
     @Slot(bool)
     def _on_busy(self, busy: bool) -> None:
+        self.busy_bar.setRange(0, 0)  # busy, for as long as nothing says how far it got
         self.busy_bar.setVisible(busy)
         if not busy:
             self.refresh()  # always flush, so the last token shows
@@ -318,21 +380,32 @@ class MainWindow(QMainWindow):
                 fn()
         self._update_buttons()
 
+    def after_idle(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the current job has ended (at once when none runs)."""
+        if self.runner.busy:
+            self._after_idle.append(fn)
+        else:
+            fn()
+
+    def text_points(self) -> int:
+        return presentation.text_points(self)
+
     @Slot(str)
     def _on_job_done(self, name: str) -> None:
         self.refresh()
+        self.classroom.job_done(name)
         summary = self.store.summary
+        if name == "resume":
+            self.store.restored = False  # the engine holds this run now
         if name in RUN_JOBS and summary is not None:
             why = STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
-            self.status_text.setText(
-                f"Done: {summary.tokens} tokens in {summary.seconds:.2f} s "
-                f"({summary.tokens_per_s:.1f} tokens/s); {why}."
-            )
+            self.status_text.setText(f"Done: {summary.tokens} tokens; {why}.")
             self.run_finished.emit(summary)
         elif name in ("undo", "redo"):
             self.status_text.setText(f"{name.capitalize()}: {len(self.store.steps)} tokens.")
         elif name == "compare":
             self.status_text.setText(f"Compared {len(self.store.results)} methods.")
+            self.compare_view.set_progress(f"Done: {len(self.store.results)} methods compared.")
 
     def _update_buttons(self) -> None:
         busy = self.runner.busy
@@ -341,7 +414,9 @@ class MainWindow(QMainWindow):
         a.generate.setEnabled(not busy and has_model)
         a.stop.setEnabled(busy)
         a.step.setEnabled(not busy and has_model)
-        can_go_on = store.can_continue() and store.method != BEAM and not store.restored
+        can_go_on = store.can_resume() or (
+            store.can_continue() and store.method != BEAM and not store.restored
+        )
         a.continue_.setEnabled(not busy and can_go_on)
         a.undo.setEnabled(not busy and store.choices.can_undo)
         a.redo.setEnabled(not busy and store.choices.can_redo)
@@ -375,6 +450,9 @@ class MainWindow(QMainWindow):
     def set_zoom(self, points: int) -> None:
         appearance.apply_zoom(self, points)
 
+    def set_presentation(self, on: bool) -> None:
+        presentation.set_presentation(self, on)
+
     @Slot()
     def _set_color_mode(self, *_args: object) -> None:
         self.pane.set_mode(self.output.color_mode.currentData())
@@ -382,6 +460,16 @@ class MainWindow(QMainWindow):
 
     def about_text(self) -> str:
         return appearance.about_text()
+
+    @Slot()
+    def show_shortcuts(self) -> None:
+        box = QMessageBox(
+            QMessageBox.Icon.NoIcon, "Keyboard shortcuts", shortcuts_html(self.acts),
+            QMessageBox.StandardButton.Close, self,
+        )  # fmt: skip
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.open()
+        self._shortcuts_box = box
 
     @Slot()
     def show_about(self) -> None:

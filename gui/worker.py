@@ -120,6 +120,7 @@ class Job(QObject):
     """Runs ``work()`` once in a worker thread; a generator it returns is driven."""
 
     progress = Signal(str)
+    fraction = Signal(float)  # how far a long step has got, 0..1 (a Progress that knows)
     result_ready = Signal(object)
     failed = Signal(str)
     finished = Signal()
@@ -139,6 +140,8 @@ class Job(QObject):
     def _route(self, record: Any) -> None:
         if isinstance(record, Progress):
             self.progress.emit(record.text)
+            if record.fraction is not None:
+                self.fraction.emit(record.fraction)
         else:
             self._sink(record)
 
@@ -169,6 +172,7 @@ class EngineRunner(QObject):
 
     busy_changed = Signal(bool)
     progress = Signal(str)
+    fraction = Signal(float)
     model_loaded = Signal(object)  # ModelBundle
     draft_loaded = Signal(object)  # ModelBundle
     load_failed = Signal(str)
@@ -266,6 +270,11 @@ class EngineRunner(QObject):
         """One more token, or a one-token run when there is none yet."""
         return self._run("step", lambda: self.workbench.step(request))
 
+    def resume(self, request: RunRequest, steps: list[Step], limit: int | None = None) -> bool:
+        """Go on with a restored run (the autosave's): rebuilds the session, then continues."""
+        saved = list(steps)
+        return self._run("resume", lambda: self.workbench.resume(request, saved, limit))
+
     def continue_(self, settings: SamplerSettings, limit: int | None = None) -> bool:
         return self._run("continue", lambda: self.workbench.proceed(settings, limit))
 
@@ -326,6 +335,7 @@ class EngineRunner(QObject):
         thread.finished.connect(thread.deleteLater)
         # Results reach the GUI thread through this object's slots (queued connections).
         job.progress.connect(self.progress)
+        job.fraction.connect(self.fraction)
         job.result_ready.connect(self._handle_result)
         job.failed.connect(self._handle_failure)
         thread.finished.connect(self._job_done)

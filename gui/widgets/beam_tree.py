@@ -1,23 +1,36 @@
-"""The beam search drawn as it grows: one column per step, that step's candidates ranked top to
-bottom, an edge from each to the beam it extends. Running beams are drawn normally, finished
-hypotheses boxed in green, pruned candidates greyed; the final choice is highlighted."""
+"""The beam search drawn as it grows: one column per step (numbered), that step's candidates
+ranked top to bottom, an edge from each to the beam it extends. Running beams are drawn
+normally, finished hypotheses boxed in bluish green, pruned candidates greyed; the final choice
+is highlighted. The panel around it has a key, zoom and fit buttons, and follows the newest
+step unless the user scrolled away."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
+from PySide6.QtCore import QPointF, QRectF, Qt, Slot
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainter, QPen, QWheelEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QGraphicsRectItem,
     QGraphicsScene,
     QGraphicsSimpleTextItem,
     QGraphicsView,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
     QWidget,
 )
 
 from engine.records import FINISHED, PRUNED, BeamEvent, BeamNode, BeamResult
 from gui.theme import LIGHT, Theme
 
-COL_W, ROW_H, BOX_W, BOX_H = 150, 46, 132, 38
+FINISHED_COLOR = "#009e73"  # Okabe-Ito bluish green
+KEY = (
+    "Each box: a token, its log-probability (+ = likelier) and Σ the beam's total so far. "
+    "Grey: pruned (not among the best beams). Green box: a finished answer. "
+    "Thick outline: the final choice."
+)
 
 
 def _label(node: BeamNode) -> str:
@@ -30,6 +43,10 @@ def _label(node: BeamNode) -> str:
 class BeamTreeView(QGraphicsView):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.follow = True  # keep the newest step in view (until the user scrolls away)
+        self._scrolling = False
+        self.horizontalScrollBar().valueChanged.connect(self._scrolled)
+        self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)  # pan by dragging
         self.setObjectName("beam_tree")
         self.setScene(QGraphicsScene(self))
         self.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -52,6 +69,53 @@ class BeamTreeView(QGraphicsView):
         self.font_pt = points
         self._redraw()
 
+    # Box and column sizes follow the font, so labels fit at every zoom.
+    @property
+    def box_w(self) -> float:
+        return QFontMetrics(self._font()).horizontalAdvance("M" * 11) + 12
+
+    @property
+    def box_h(self) -> float:
+        return 2 * QFontMetrics(self._font()).lineSpacing() + 8
+
+    @property
+    def col_w(self) -> float:
+        return self.box_w + 18
+
+    @property
+    def row_h(self) -> float:
+        return self.box_h + 8
+
+    # -- view: zoom, fit, follow ----------------------------------------------------------
+
+    def zoom(self, factor: float) -> None:
+        self.scale(factor, factor)
+
+    def fit(self) -> None:
+        self.fitInView(self.scene().sceneRect(), Qt.AspectRatioMode.KeepAspectRatio)
+
+    def reset_zoom(self) -> None:
+        self.resetTransform()
+
+    def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802 - Qt override
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            self.zoom(1.15 if event.angleDelta().y() > 0 else 1 / 1.15)
+            event.accept()
+        else:
+            super().wheelEvent(event)
+
+    @Slot(int)
+    def _scrolled(self, value: int) -> None:
+        if not self._scrolling:  # the user moved it: follow only when back at the end
+            self.follow = value >= self.horizontalScrollBar().maximum() - 4
+
+    def _follow_newest(self) -> None:
+        if self.follow:
+            self._scrolling = True
+            bar = self.horizontalScrollBar()
+            bar.setValue(bar.maximum())
+            self._scrolling = False
+
     def clear_tree(self) -> None:
         self.nodes.clear()
         self.result = None
@@ -61,8 +125,10 @@ class BeamTreeView(QGraphicsView):
     def add_event(self, event: BeamEvent) -> None:
         self.events.append(event)
         self._draw_event(event)
+        self._scrolling = True
         self.scene().setSceneRect(self.scene().itemsBoundingRect().adjusted(-10, -10, 40, 40))
-        self.horizontalScrollBar().setValue(self.horizontalScrollBar().maximum())
+        self._scrolling = False
+        self._follow_newest()
 
     def finish(self, result: BeamResult) -> None:
         self.result = result
@@ -78,7 +144,7 @@ class BeamTreeView(QGraphicsView):
         root = QGraphicsSimpleTextItem("prompt")
         root.setFont(self._font(bold=True))
         root.setBrush(QBrush(QColor(self.theme.text)))
-        root.setPos(-70, -10)
+        root.setPos(-QFontMetrics(self._font(bold=True)).horizontalAdvance("prompt") - 12, -10)
         scene.addItem(root)
         for event in self.events:
             self._draw_event(event)
@@ -95,22 +161,28 @@ class BeamTreeView(QGraphicsView):
     def _draw_event(self, event: BeamEvent) -> None:
         scene = self.scene()
         t = self.theme
+        col_w, row_h, box_w, box_h = self.col_w, self.row_h, self.box_w, self.box_h
+        header = QGraphicsSimpleTextItem(f"step {event.step}")
+        header.setFont(self._font(bold=True))
+        header.setBrush(QBrush(QColor(t.muted)))
+        header.setPos(event.step * col_w + 4, -QFontMetrics(self._font()).lineSpacing() - 10)
+        scene.addItem(header)
         for row, node in enumerate(event.nodes):
             self.nodes[node.node_id] = node
-            pos = QPointF(event.step * COL_W, row * ROW_H)
+            pos = QPointF(event.step * col_w, row * row_h)
             self.positions[node.node_id] = pos
             parent = self.positions.get(node.parent, QPointF(0, 0))
-            start = QPointF(parent.x() + (BOX_W if node.parent else 0), parent.y() + BOX_H / 2)
+            start = QPointF(parent.x() + (box_w if node.parent else 0), parent.y() + box_h / 2)
             grey = node.status == PRUNED
             pen = QPen(QColor(t.cut_bar if grey else t.muted), 1.0 if grey else 1.6)
             self.edges[node.node_id] = scene.addLine(
-                start.x(), start.y(), pos.x(), pos.y() + BOX_H / 2, pen
+                start.x(), start.y(), pos.x(), pos.y() + box_h / 2, pen
             )
-            box = QGraphicsRectItem(QRectF(pos.x(), pos.y(), BOX_W, BOX_H))
+            box = QGraphicsRectItem(QRectF(pos.x(), pos.y(), box_w, box_h))
             fill = QColor(t.base)
             border = QPen(QColor(t.cut_bar if grey else t.accent), 1.5)
             if node.status == FINISHED:
-                border = QPen(QColor("#2da44e"), 3)
+                border = QPen(QColor(FINISHED_COLOR), 3)
             box.setBrush(QBrush(fill))
             box.setPen(border)
             box.setToolTip(
@@ -150,3 +222,49 @@ class BeamTreeView(QGraphicsView):
             out.append(self.nodes[node_id].token_id)
             node_id = self.nodes[node_id].parent
         return out[::-1]
+
+
+class BeamTreePanel(QWidget):
+    """The tree with its key and its view controls."""
+
+    def __init__(self, view: BeamTreeView, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.view = view
+        self.key = QLabel(KEY)
+        self.key.setObjectName("beam_key")
+        self.key.setWordWrap(True)
+        self.key.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.follow = QCheckBox("Follow")
+        self.follow.setToolTip("Keep the newest step in view while the search runs.")
+        self.follow.setChecked(True)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.key, 1)
+        for text, tip, slot in (
+            ("Fit", "Show the whole tree", view.fit),
+            ("−", "Zoom out (or Ctrl+wheel)", lambda: view.zoom(1 / 1.25)),
+            ("+", "Zoom in (or Ctrl+wheel); drag to pan", lambda: view.zoom(1.25)),
+            ("1:1", "Actual size", view.reset_zoom),
+        ):
+            b = QPushButton(text)
+            b.setToolTip(tip)
+            b.clicked.connect(slot)
+            buttons.addWidget(b)
+        buttons.addWidget(self.follow)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(buttons)
+        layout.addWidget(view, 1)
+        self.follow.toggled.connect(self._set_follow)
+        view.horizontalScrollBar().valueChanged.connect(self._show_follow)
+
+    @Slot(bool)
+    def _set_follow(self, on: bool) -> None:
+        self.view.follow = on
+        self.view._follow_newest()
+
+    @Slot(int)
+    def _show_follow(self, _value: int) -> None:
+        if self.follow.isChecked() != self.view.follow:
+            self.follow.blockSignals(True)
+            self.follow.setChecked(self.view.follow)
+            self.follow.blockSignals(False)

@@ -9,7 +9,9 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QPlainTextEdit,
     QPushButton,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -18,7 +20,13 @@ from PySide6.QtWidgets import (
 
 from engine.records import ROW_PLAIN, MethodResult
 
-COLUMNS = ("Method", "Tokens/s", "Speed-up", "Target passes", "Accepted", "= greedy", "Output")
+COLUMNS = ("Method", "tok/s", "×", "Passes", "Accepted", "=greedy", "Output")
+HEADER_TIPS = (
+    "The decoding method", "Tokens per second, device synchronised",
+    "Speed-up over plain decoding with the cache", "Forward passes of the target model",
+    "Share of drafted tokens the target accepted", "Same tokens as plain greedy decoding",
+    "The text it wrote (select a row to read it whole below)",
+)  # fmt: skip
 
 
 class CompareView(QWidget):
@@ -39,21 +47,55 @@ class CompareView(QWidget):
         top.addWidget(self.info, 1)
         top.addWidget(self.run)
         layout.addLayout(top)
+        self.status = QLabel("")
+        self.status.setObjectName("compare_progress")
+        layout.addWidget(self.status)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("compare_table")
         self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setWordWrap(True)
+        for i, tip in enumerate(HEADER_TIPS):
+            self.table.horizontalHeaderItem(i).setToolTip(tip)
+        # One line per method: the output is elided here, whole in the pane below (and the
+        # tooltip); a wrapped output made rows ~300 px tall with one row on screen.
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         header = self.table.horizontalHeader()
-        for i in range(len(COLUMNS) - 1):
+        header.setMinimumSectionSize(36)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        header.resizeSection(0, 130)  # long method names elide; the tooltip has them whole
+        for i in range(1, len(COLUMNS) - 1):
             header.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
-        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        layout.addWidget(self.table, 1)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 10)
+        self.detail = QPlainTextEdit()
+        self.detail.setObjectName("compare_detail")
+        self.detail.setReadOnly(True)
+        self.detail.setPlaceholderText("Select a row to read that method's whole output here.")
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.table)
+        split.addWidget(self.detail)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 1)
+        layout.addWidget(split, 1)
         self.run.clicked.connect(self.run_requested)
+        self.table.itemSelectionChanged.connect(self._show_detail)
         self.results: list[MethodResult] = []
 
     def clear_results(self) -> None:
         self.show_results([])
+        self.detail.clear()
+        self.status.setText("")
+
+    def set_progress(self, text: str) -> None:
+        self.status.setText(text)
+
+    def _show_detail(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if rows and rows[0].row() < len(self.results):
+            r = self.results[rows[0].row()]
+            self.detail.setPlainText(f"{r.method}:\n{r.text}")
 
     def add_result(self, result: MethodResult) -> None:
         """A row as soon as a method finishes (speed-ups follow once the baseline is in)."""
@@ -74,7 +116,9 @@ class CompareView(QWidget):
                 r.text.strip(),
             )
             for col, text in enumerate(cells):
-                item = QTableWidgetItem(text)
+                item = QTableWidgetItem(" ".join(text.split()) if col == len(cells) - 1 else text)
+                if col in (0, len(cells) - 1):
+                    item.setToolTip(text)
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
                 if col in (1, 2, 3, 4):
                     item.setTextAlignment(

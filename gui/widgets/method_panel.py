@@ -23,7 +23,7 @@ class MethodPanel(QGroupBox):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Method", parent)
-        form = QFormLayout(self)
+        self.form = form = QFormLayout(self)
         self.method = QComboBox()
         self.method.setObjectName("method")
         for key, title in RUN_METHODS.items():
@@ -52,10 +52,12 @@ class MethodPanel(QGroupBox):
         self.draft_label.setWordWrap(True)
         self.load_draft = QPushButton("Load…")
         self.load_draft.setToolTip("A smaller model with the same tokenizer that guesses ahead.")
-        row = QHBoxLayout()
+        self.draft_row = QWidget()
+        row = QHBoxLayout(self.draft_row)
+        row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.draft_label, 1)
         row.addWidget(self.load_draft)
-        form.addRow("Draft model", row)
+        form.addRow("Draft model", self.draft_row)
         self.stats = QLabel("")
         self.stats.setObjectName("method_stats")
         self.stats.setWordWrap(True)
@@ -72,9 +74,10 @@ class MethodPanel(QGroupBox):
 
     def _changed(self) -> None:
         m = self.current()
-        self.beams.setEnabled(m == BEAM)
-        self.gamma.setEnabled(m in (SPEC_NGRAM, SPEC_DRAFT))
-        self.load_draft.setEnabled(m == SPEC_DRAFT)
+        # only the fields this method uses are shown (Load… only where a draft model is used)
+        self.form.setRowVisible(self.beams, m == BEAM)
+        self.form.setRowVisible(self.gamma, m in (SPEC_NGRAM, SPEC_DRAFT))
+        self.form.setRowVisible(self.draft_row, m == SPEC_DRAFT)
         self.stats.setText("")
         self.method_changed.emit(m)
 

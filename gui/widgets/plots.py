@@ -7,12 +7,12 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QCursor, QFont, QFontMetrics
+from PySide6.QtWidgets import QToolTip, QWidget
 
-from engine.records import Step
-from gui.theme import LIGHT, Theme
+from engine.records import Candidate, Step
+from gui.theme import CUT_MARK, LIGHT, Theme
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
 
@@ -26,10 +26,30 @@ def _short(text: str, limit: int = 14) -> str:
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
+def pct(p: float) -> str:
+    """A probability as a person reads it: 31%, 4.2%, 0.3%, <0.1%."""
+    if p <= 0:
+        return "0%"
+    if p < 0.001:
+        return "<0.1%"
+    return f"{p:.1%}" if p < 0.095 else f"{p:.0%}"
+
+
+def value_text(c: Candidate) -> str:
+    """A bar's label: its probability, before → after the sampler when they differ."""
+    if c.prob <= 0:
+        return f"{pct(c.raw_prob)} ✂"
+    if abs(c.prob - c.raw_prob) < 0.005:
+        return pct(c.prob)
+    return f"{pct(c.raw_prob)} → {pct(c.prob)}"
+
+
 class DistributionPlot(pg.PlotWidget):
     """Top-N candidates of one step as horizontal bars: raw probability, probability after the
-    sampler, tokens cut by the filters in grey, the chosen token outlined, a line where the cut
-    falls. Click a bar to choose that token (``bar_clicked(step_index, token_id)``)."""
+    sampler (each row labelled with both), tokens cut by the filters hatched, the chosen token
+    outlined (in a row of its own below a gap when it is not among the top N), and a line where
+    the cut falls naming the filter. Hover a bar for its details; click it to choose that token
+    (``bar_clicked(step_index, token_id)``)."""
 
     bar_clicked = Signal(int, int)
 
@@ -38,7 +58,12 @@ class DistributionPlot(pg.PlotWidget):
         self.setObjectName("distribution_plot")
         self.top_n = top_n
         self.step: Step | None = None
+        self.marks: dict[int, str] = {}  # token id -> a class's guess that named it
+        self.cut_note = ""
+        self.rows: list[tuple[float, Candidate, int]] = []  # (y, candidate, rank) per bar row
         self._x_upper = 1.0
+        self._points = 11
+        self._tick_font = QFont()
         self.theme = LIGHT
         plot = self.getPlotItem()
         plot.setMenuEnabled(False)
@@ -49,42 +74,51 @@ class DistributionPlot(pg.PlotWidget):
         self.setXRange(0, self._x_upper, padding=0.02)
         self.setLabel("bottom", "probability")
         plot.getAxis("bottom").enableAutoSIPrefix(False)
-        plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # every token gets its label
+        plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # labels are thinned by us
         self.raw_kept = pg.BarGraphItem(x0=[], y=[], height=0.4, width=[])
         self.raw_cut = pg.BarGraphItem(x0=[], y=[], height=0.4, width=[])
         self.processed = pg.BarGraphItem(x0=[], y=[], height=0.4, width=[])
         self.chosen = pg.BarGraphItem(x0=[], y=[], height=0.9, width=[])
         self.cut_line = pg.InfiniteLine(angle=0, movable=False)
         self.cut_label = pg.TextItem(anchor=(1, 0))
+        self.gap_line = pg.InfiniteLine(angle=0, movable=False)
         for item in (self.raw_kept, self.raw_cut, self.processed, self.chosen, self.cut_line):
             self.addItem(item)
+        self.addItem(self.gap_line)
         self.addItem(self.cut_label)
-        self.legend = plot.addLegend(offset=(-10, -10))
-        self.legend.addItem(self.raw_kept, "model's probability")
-        self.legend.addItem(self.processed, "after the sampler")
-        self.legend.addItem(self.raw_cut, "cut by a filter")
+        self.value_labels: list[pg.TextItem] = []
+        self._more_labels(51)  # made now: making them at the first token stalls the window
         self.scene().sigMouseClicked.connect(self._clicked)
+        self.scene().sigMouseMoved.connect(self._hovered)
         self.set_theme(LIGHT)
         self.set_step(None)
+
+    # -- look ----------------------------------------------------------------------------------
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
         style_axes(self, theme)
+        hatch = QBrush(QColor(theme.cut_bar), Qt.BrushStyle.BDiagPattern)
         self.raw_kept.setOpts(brush=pg.mkBrush(theme.raw_bar), pen=pg.mkPen(None))
-        self.raw_cut.setOpts(brush=pg.mkBrush(theme.cut_bar), pen=pg.mkPen(None))
+        self.raw_cut.setOpts(brush=hatch, pen=pg.mkPen(theme.cut_bar, width=1))
         self.processed.setOpts(brush=pg.mkBrush(theme.kept_bar), pen=pg.mkPen(None))
         self.chosen.setOpts(brush=pg.mkBrush(None), pen=pg.mkPen(theme.chosen, width=3))
-        self.cut_line.setPen(pg.mkPen(theme.chosen, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
-        self.cut_label.setColor(QColor(theme.chosen))
-        self.legend.setLabelTextColor(theme.text)
+        self.cut_line.setPen(pg.mkPen(CUT_MARK, width=2, style=Qt.PenStyle.DashLine))
+        self.gap_line.setPen(pg.mkPen(theme.muted, width=1, style=Qt.PenStyle.DotLine))
+        self.cut_label.setColor(QColor(CUT_MARK if theme.name == "light" else "#e7a5c9"))
+        for label in self.value_labels:
+            label.setColor(QColor(theme.text))
         if self.step is not None:
             self.set_step(self.step)
 
     def set_font_size(self, points: int) -> None:
-        font = tick_font(self, points)
+        self._points = points
+        self._tick_font = tick_font(self, points)
         plot = self.getPlotItem()
-        self._tick_font = font
-        self.cut_label.setFont(font)
+        plot.getAxis("bottom").label.setFont(self._tick_font)
+        self.cut_label.setFont(self._tick_font)
+        for label in self.value_labels:
+            label.setFont(self._tick_font)
         plot.titleLabel.setAttr("size", f"{points + 1}pt")
         if self.step is not None:
             self.set_step(self.step)
@@ -94,79 +128,260 @@ class DistributionPlot(pg.PlotWidget):
         if self.step is not None:
             self.set_step(self.step)
 
+    def resizeEvent(self, event: object) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        step = self.__dict__.get("step")  # None while the base class is being built
+        if step is not None:  # the room for labels and how many fit depend on the size
+            self.set_step(step)
+
+    def legend_html(self) -> str:
+        """The key, drawn outside the plot by whoever holds it."""
+        t = self.theme
+
+        def chip(color: str, text: str, pattern: bool = False) -> str:
+            swatch = "▨" if pattern else "■"
+            return f"<span style='color:{color}'>{swatch}</span>&nbsp;{text}"
+
+        return " &nbsp; ".join((
+            chip(t.raw_bar, "model"), chip(t.kept_bar, "after sampler"),
+            chip(t.cut_bar, "cut", True), f"<span style='color:{t.chosen}'>□</span>&nbsp;chosen",
+            f"<span style='color:{CUT_MARK}'>┅</span>&nbsp;cut-off",
+        ))  # fmt: skip
+
+    # -- drawing -------------------------------------------------------------------------------
+
+    def set_marks(self, marks: dict[int, str]) -> None:
+        """Mark the bars of guessed tokens (a guess round) until another step is shown."""
+        self.marks = dict(marks)
+        if self.step is not None:
+            self.set_step(self.step)
+
     def set_step(self, step: Step | None) -> None:
+        if step is not self.step and self.marks and (step is None or self.step is None
+                                                     or step.index != self.step.index):  # fmt: skip
+            self.marks = {}
         self.step = step
         plot = self.getPlotItem()
         if step is None:
+            self.rows = []
             for item in (self.raw_kept, self.raw_cut, self.processed, self.chosen):
                 item.setOpts(x0=[], y=[], width=[])
             self.cut_line.hide()
+            self.gap_line.hide()
             self.cut_label.setText("")
+            self._place_values([])
             plot.getAxis("left").setTicks([[]])
-            plot.setTitle(None)
             self.setYRange(-0.6, self.top_n - 0.4, padding=0)
             return
-        cands = step.candidates[: self.top_n]
-        n = len(cands)
-        y = np.arange(n, dtype=float)
-        raw = np.array([c.raw_prob for c in cands])
-        proc = np.array([c.prob for c in cands])
+        self.rows = self._rows(step)
+        y = np.array([r[0] for r in self.rows])
+        raw = np.array([r[1].raw_prob for r in self.rows])
+        proc = np.array([r[1].prob for r in self.rows])
         cut = proc <= 0
-        self.raw_kept.setOpts(
-            x0=np.zeros((~cut).sum()), y=y[~cut] - 0.2, width=raw[~cut], height=0.4
-        )
-        self.raw_cut.setOpts(x0=np.zeros(cut.sum()), y=y[cut] - 0.2, width=raw[cut], height=0.4)
-        self.processed.setOpts(x0=np.zeros(n), y=y + 0.2, width=proc, height=0.4)
-        where = [i for i, c in enumerate(cands) if c.token_id == step.token_id]
-        if where:
-            i = where[0]
-            self.chosen.setOpts(x0=[0], y=[i], width=[max(raw[i], proc[i])], height=0.9)
+        self.raw_kept.setOpts(x0=np.zeros((~cut).sum()), y=y[~cut] - 0.2, width=raw[~cut])
+        self.raw_cut.setOpts(x0=np.zeros(cut.sum()), y=y[cut] - 0.2, width=raw[cut])
+        self.processed.setOpts(x0=np.zeros(len(y)), y=y + 0.2, width=proc)
+        chosen = [i for i, r in enumerate(self.rows) if r[1].token_id == step.token_id]
+        if chosen:
+            i = chosen[0]
+            self.chosen.setOpts(x0=[0], y=[y[i]], width=[max(raw[i], proc[i], 0.002)])
         else:
             self.chosen.setOpts(x0=[], y=[], width=[])
-        top = max(float(raw.max(initial=0)), float(proc.max(initial=0)))
-        upper = next(u for u in X_LIMITS if u >= min(1.0, top * 1.1))
+        texts = [self._value_text(c) for _y, c, _r in self.rows]
+        upper = self._x_limit(np.maximum(raw, proc), texts)
         if self._x_upper != upper:
             self._x_upper = upper
             self.setXRange(0, upper, padding=0.02)
-        # The cut falls where the kept prefix ends (when the kept tokens are a prefix by rank).
-        first_cut = int(np.argmax(cut)) if cut.any() else None
-        if first_cut is not None and not cut[first_cut:].all():
-            first_cut = None
-        if first_cut is not None and first_cut > 0:
-            self.cut_line.setPos(first_cut - 0.5)
-            self.cut_line.show()
-            self.cut_label.setText(f"cut: {step.survivors} kept")
-            # at the right edge; above the line in the lower half, clear of the legend
-            self.cut_label.setAnchor((1, 1) if first_cut > n / 2 else (1, 0))
-            self.cut_label.setPos(QPointF(0.98 * upper, first_cut - 0.5))
-        else:
-            self.cut_line.hide()
-            self.cut_label.setText("")
-        ticks = [(i, f"{i + 1}. {_short(c.text)}") for i, c in enumerate(cands)]
+        self._x_ticks(upper)
+        shown = min(self.top_n, len(step.candidates))
+        self._mark_cut(step, cut[:shown], upper)
+        outside = len(self.rows) > shown
+        self.gap_line.setPos(shown - 0.05 + 0.25)
+        self.gap_line.setVisible(outside)
+        every = self._label_every(len(self.rows) + (1 if outside else 0))
+        ticks = [
+            (row_y, f"{rank}. {_short(c.text)}" if self._labelled(k, every, c) else "")
+            for k, (row_y, c, rank) in enumerate(self.rows)
+        ]
+        self._place_values(
+            [(row_y, c) for k, (row_y, c, _) in enumerate(self.rows) if self._labelled(k, every, c)]
+        )
         axis = plot.getAxis("left")
         axis.setTicks([ticks])
         # wide enough for the longest label: pyqtgraph drops labels that do not fit
-        metrics = QFontMetrics(getattr(self, "_tick_font", QFont()))
+        metrics = QFontMetrics(self._tick_font)
         needed = max((metrics.horizontalAdvance(t) for _, t in ticks), default=40) + 16
         # Width and range change in steps, not with every token: each change re-lays out the
         # plot and paints it again (and a steady axis is easier to read on a projector).
         if needed > axis.width() or needed < axis.width() - 60:
             axis.setWidth(needed)
-        self.setYRange(-0.6, max(n, self.top_n) - 0.4, padding=0)
-        plot.setTitle(None)
+        last = shown + 1.15 if outside else max(shown, self.top_n) - 0.4
+        self.setYRange(-0.6, last, padding=0)
+
+    def _rows(self, step: Step) -> list[tuple[float, Candidate, int]]:
+        cands = step.candidates[: self.top_n]
+        rows = [(float(i), c, i + 1) for i, c in enumerate(cands)]
+        if step.token_id not in {c.token_id for c in cands}:
+            # the chosen token ranks below the shown ones: its own row, below a gap
+            me = Candidate(step.token_id, step.token_str, step.raw_prob, step.prob)
+            rows.append((len(cands) + 0.5, me, step.rank))
+        return rows
+
+    def _x_limit(self, ends: np.ndarray, texts: list[str]) -> float:
+        """The smallest of X_LIMITS that leaves room right of every bar for its label."""
+        width = self.getPlotItem().getViewBox().width()
+        metrics = QFontMetrics(self._tick_font)
+        need = 0.0
+        for end, text in zip(ends, texts, strict=True):
+            room = width - metrics.horizontalAdvance(text) - 12
+            need = max(need, float(end) * width / room if room > 0 else 1.0)
+        # Past 1.0 the range grows for the label; the axis still stops at 1 (set_step).
+        return next((u for u in X_LIMITS if u >= need), min(1.6, need))
+
+    def _x_ticks(self, upper: float) -> None:
+        """Probability ticks far enough apart for their labels at this font and width (the
+        automatic ones ran together as "0.20.40.60.8" in a narrow plot with big text)."""
+        width = max(1.0, self.getPlotItem().getViewBox().width())
+        label = QFontMetrics(self._tick_font).horizontalAdvance("0.75") * 1.6
+        top = min(upper, 1.0)
+        for step in (0.05, 0.1, 0.2, 0.25, 0.5, 1.0):
+            if step * width / upper >= label and top / step <= 10:
+                break
+        ticks = [(i * step, f"{i * step:g}") for i in range(int(round(top / step)) + 1)]
+        key = (step, top)
+        if getattr(self, "_ticks_key", None) != key:
+            self._ticks_key = key
+            self.getPlotItem().getAxis("bottom").setTicks([ticks])
+
+    def _labelled(self, k: int, every: int, c: Candidate) -> bool:
+        """Row ``k`` gets its labels: every ``every``-th row, the chosen token's, a guessed one."""
+        step = self.step
+        chosen = step is not None and c.token_id == step.token_id
+        return k % every == 0 or chosen or c.token_id in self.marks
+
+    def _label_every(self, rows: int) -> int:
+        """Label every row when the labels fit, else every 2nd, 5th, ... (a pile is unreadable)."""
+        height = max(1.0, self.getPlotItem().getViewBox().height())
+        line = QFontMetrics(self._tick_font).height() * 1.05
+        for every in (1, 2, 5, 10):
+            if rows / every * line <= height:
+                return every
+        return 10
+
+    def _mark_cut(self, step: Step, cut: np.ndarray, upper: float) -> None:
+        # The cut falls where the kept prefix ends (when the kept tokens are a prefix by rank).
+        first = int(np.argmax(cut)) if cut.any() else None
+        if first is not None and (first == 0 or not cut[first:].all()):
+            first = None
+        self.cut_note = ""  # the cut, said in words, when the plot has no room for its label
+        if first is None:
+            self.cut_line.hide()
+            self.cut_label.setText("")
+            return
+        by = step.candidates[first].cut_by
+        kept = f"{step.survivors} kept"
+        self.cut_line.setPos(first - 0.5)
+        self.cut_line.show()
+        text = f"{by} cut here: {kept}" if by else f"cut here: {kept}"
+        self.cut_note = text
+        width = self.getPlotItem().getViewBox().width()
+        metrics = QFontMetrics(self._tick_font)
+        # In the plot only where no bar label runs under it; else the box says it (cut_note).
+        free = width - metrics.horizontalAdvance(text) - 8
+        for k in (first - 1, first):
+            if 0 <= k < len(self.rows):
+                c = self.rows[k][1]
+                right = max(c.raw_prob, c.prob) / self._x_upper * width
+                right += metrics.horizontalAdvance(self._value_text(c)) + 12
+                free = min(free, width - right - metrics.horizontalAdvance(text) - 8)
+        if free < 0:
+            self.cut_label.setText("")
+            return
+        self.cut_note = ""
+        self.cut_label.setText(text)
+        # at the right edge; above the line in the lower half
+        self.cut_label.setAnchor((1, 1) if first > len(cut) / 2 else (1, 0))
+        self.cut_label.setPos(QPointF(self.getPlotItem().viewRange()[0][1] * 0.99, first - 0.5))
+
+    def _more_labels(self, n: int) -> None:
+        while len(self.value_labels) < n:
+            label = pg.TextItem(anchor=(0, 0.5), color=QColor(self.theme.text))
+            label.setFont(self._tick_font)
+            label.hide()
+            self.addItem(label)
+            self.value_labels.append(label)
+
+    def _place_values(self, rows: list[tuple[float, Candidate]]) -> None:
+        self._more_labels(len(rows))
+        width = max(1.0, self.getPlotItem().getViewBox().width())
+        metrics = QFontMetrics(self._tick_font)
+        for label, (row_y, c) in zip(self.value_labels, rows, strict=False):
+            text = self._value_text(c)
+            if label.toPlainText() != text:
+                label.setText(text)
+            end = max(c.raw_prob, c.prob)
+            room = (self._x_upper - end) / self._x_upper * width
+            if room >= metrics.horizontalAdvance(text) + 8:
+                label.fill = pg.mkBrush(None)
+                label.setPos(end + self._x_upper * 0.01, row_y)
+            else:  # over the bar, on a backing that keeps it readable
+                backing = QColor(self.theme.plot_bg)
+                backing.setAlpha(215)
+                label.fill = pg.mkBrush(backing)
+                label.setPos(self._x_upper * 0.01, row_y)
+            label.show()
+        for label in self.value_labels[len(rows) :]:
+            if label.isVisible():
+                label.hide()
+
+    def _value_text(self, c: Candidate) -> str:
+        guess = self.marks.get(c.token_id)
+        return value_text(c) + (f"  ★ guessed “{guess}”" if guess is not None else "")
+
+    def shown_values(self) -> list[str]:
+        return [label.toPlainText() for label in self.value_labels if label.isVisible()]
+
+    # -- pointer -------------------------------------------------------------------------------
+
+    def row_at(self, scene_pos: QPointF) -> int | None:
+        vb = self.getPlotItem().getViewBox()
+        if not vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        y = vb.mapSceneToView(scene_pos).y()
+        for k, (row_y, _c, _rank) in enumerate(self.rows):
+            if abs(y - row_y) <= 0.5:
+                return k
+        return None
+
+    def describe(self, row: int) -> str:
+        """What the hover shows for one bar: token, id, rank, both probabilities, the cut."""
+        if self.step is None or not 0 <= row < len(self.rows):
+            return ""
+        _y, c, rank = self.rows[row]
+        if c.prob > 0:
+            fate = "kept by every filter"
+        else:
+            fate = f"removed by <b>{html.escape(c.cut_by)}</b>" if c.cut_by else "removed"
+        chosen = " · <b>chosen</b>" if c.token_id == self.step.token_id else ""
+        return (
+            f"<code>{html.escape(repr(c.text))}</code> (id {c.token_id}), rank {rank}{chosen}<br>"
+            f"model's probability {pct(c.raw_prob)} · after the sampler {pct(c.prob)}<br>"
+            f"{fate}"
+        )
+
+    def _hovered(self, pos: QPointF) -> None:
+        row = self.row_at(pos)
+        if row is None:
+            QToolTip.hideText()
+            return
+        QToolTip.showText(QCursor.pos(), self.describe(row), self)
 
     def _clicked(self, event: object) -> None:
         if self.step is None:
             return
-        pos = event.scenePos()  # type: ignore[attr-defined]
-        vb = self.getPlotItem().getViewBox()
-        if not vb.sceneBoundingRect().contains(pos):
-            return
-        point = vb.mapSceneToView(pos)
-        index = int(round(point.y()))
-        cands = self.step.candidates[: self.top_n]
-        if 0 <= index < len(cands):
-            self.bar_clicked.emit(self.step.index, cands[index].token_id)
+        row = self.row_at(event.scenePos())  # type: ignore[attr-defined]
+        if row is not None:
+            self.bar_clicked.emit(self.step.index, self.rows[row][1].token_id)
 
 
 def tick_font(widget: pg.PlotWidget, points: int) -> QFont:
@@ -189,11 +404,17 @@ def style_axes(widget: pg.PlotWidget, theme: Theme) -> None:
     plot.titleLabel.setAttr("color", theme.text)
 
 
-def step_summary(step: Step | None) -> str:
+def step_summary(step: Step | None, compact: bool = False) -> str:
     """One line a class can read about the step the distribution plot shows."""
     if step is None:
         return "Next-token probabilities appear here after the first token."
     survivors = f"{step.survivors} token{'s' if step.survivors != 1 else ''} could be picked"
+    if compact:  # the presentation view: two lines at most at 20 pt
+        return (
+            f"<b>Step {step.index + 1}</b>: "
+            f"<code>'{html.escape(_short(step.token_str, 16))}'</code> "
+            f"{pct(step.raw_prob)} → {pct(step.prob)} · {survivors}"
+        )
     return (
         f"<b>Step {step.index + 1}</b>: chose "
         f"<code>'{html.escape(_short(step.token_str, 24))}'</code> "
@@ -217,7 +438,6 @@ class SeriesPlot(pg.PlotWidget):
         self.setLabel("bottom", "step")
         self.setLabel("left", y_label)
         plot.getAxis("left").enableAutoSIPrefix(False)
-        self.legend = plot.addLegend(offset=(-10, 10))
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.colors = dict(series)
         # Long runs have thousands of points: thin pens, no antialiasing, peak downsampling
@@ -228,20 +448,21 @@ class SeriesPlot(pg.PlotWidget):
             curve = plot.plot([], [], name=name, pen=pg.mkPen(color, width=1.5))
             curve.setCurveClickable(False)
             curve.opts["antialias"] = False
+            curve.opts["connect"] = "finite"  # a gap where a step has no value (the prompt's)
             self.curves[name] = curve
         self.marker = pg.InfiniteLine(angle=90, movable=False)
         self.addItem(self.marker)
         self.marker.hide()
         self._y_max = 1.0
-        plot.setTitle(title)
+        self.note = ""  # said after the key, e.g. "paced at 2 tok/s"
+        self._title = title
+        self._show_title()
         self.setXRange(0, 50, padding=0)
 
     def set_theme(self, theme: Theme) -> None:
         style_axes(self, theme)
-        plot = self.getPlotItem()
-        self.legend.setLabelTextColor(theme.text)
         self.marker.setPen(pg.mkPen(theme.chosen, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
-        plot.setTitle(plot.titleLabel.text)
+        self._show_title()
 
     def set_font_size(self, points: int) -> None:
         font = tick_font(self, points)
@@ -249,7 +470,7 @@ class SeriesPlot(pg.PlotWidget):
         for name in ("left", "bottom"):
             plot.getAxis(name).label.setFont(font)
         plot.titleLabel.setAttr("size", f"{points}pt")
-        plot.setTitle(plot.titleLabel.text)
+        self._show_title()
 
     def set_series(
         self, x: np.ndarray, values: dict[str, np.ndarray], title: str | None = None
@@ -258,12 +479,15 @@ class SeriesPlot(pg.PlotWidget):
             self.curves[name].setData(x, y)
         n = len(x)
         self.setXRange(0, max(50, n + 1), padding=0)
-        peak = max((float(np.nanmax(v)) for v in values.values() if len(v)), default=0.0)
+        peak = max(
+            (float(np.nanmax(v)) for v in values.values() if np.isfinite(v).any()), default=0.0
+        )
         if peak > self._y_max or peak < self._y_max / 4:
             self._y_max = max(1.0, peak * 1.25)
         self.setYRange(0, self._y_max, padding=0)
         if title is not None:
-            self.getPlotItem().setTitle(title)
+            self._title = title
+            self._show_title()
 
     def mark(self, index: int | None) -> None:
         if index is None:
@@ -276,5 +500,25 @@ class SeriesPlot(pg.PlotWidget):
         for curve in self.curves.values():
             curve.setData([], [])
         self._y_max = 1.0
-        self.getPlotItem().setTitle(self.base_title)
+        self._title = self.base_title
+        self._show_title()
         self.mark(None)
+
+    def key_html(self) -> str:
+        """The curves' key, in the title above the plot (never on the data)."""
+        return " ".join(
+            f"<span style='color:{color}'>━</span>&nbsp;{html.escape(name)}"
+            for name, color in self.colors.items()
+        )
+
+    def _show_title(self) -> None:
+        note = f" · {html.escape(self.note)}" if self.note else ""
+        self.getPlotItem().setTitle(f"{html.escape(self._title)}{note}<br>{self.key_html()}")
+
+    def title_text(self) -> str:
+        return self.getPlotItem().titleLabel.text
+
+    def set_note(self, note: str) -> None:
+        if note != self.note:
+            self.note = note
+            self._show_title()

@@ -45,12 +45,16 @@ class TokenPane(QTextEdit):
         self.setReadOnly(True)
         self.setObjectName("token_pane")
         self.setMouseTracking(True)
-        self.setPlaceholderText("Generated tokens appear here, one coloured box per token.")
+        self.setPlaceholderText(
+            "Generated tokens appear here, one coloured box per token. Hover a token for its "
+            "details; click it to show its step in the plots."
+        )
         self.theme: Theme = LIGHT
         self.mode = COLOR_BY_RANK
         self._steps: list[Step] = []  # the run store's list once bound; read, never changed
         self._spans: list[tuple[int, int]] = []  # document positions of each shown step's text
         self.selected: int | None = None
+        self.show_special = True
 
     def bind(self, store: Any) -> None:
         """Show the steps of ``store`` (a ``gui.store.RunStore``)."""
@@ -97,15 +101,42 @@ class TokenPane(QTextEdit):
         cursor.movePosition(QTextCursor.MoveOperation.End)
         for step in steps:
             start = cursor.position()
-            text = visible_text(step.text) if step.text else ("∎" if step.is_eos else "·")
-            cursor.insertText(text, self._format(step))
+            cursor.insertText(self.shown_text(step), self._format(step))
             self._spans.append((start, cursor.position()))
         self.ensureCursorVisible()
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
 
+    def shown_text(self, step: Step) -> str:
+        """What the pane writes for a step: its text; a special token as a small mark with its
+        name (or nothing, when special tokens are hidden)."""
+        if step.special:
+            return f" {step.token_str.strip()} " if self.show_special else ""
+        return visible_text(step.text) if step.text else ("∎" if step.is_eos else "·")
+
+    def set_show_special(self, show: bool) -> None:
+        """Show or hide special tokens (redraws the text; the steps stay)."""
+        if show == self.show_special:
+            return
+        self.show_special = show
+        steps = list(self.steps)
+        selected = self.selected
+        self._spans.clear()
+        self.clear()
+        if getattr(self, "_store", None) is None:
+            self._steps = []
+        self.append_steps(steps)
+        if selected is not None:
+            self.select(selected)
+
     def _format(self, step: Step, selected: bool = False) -> QTextCharFormat:
         fmt = QTextCharFormat()
+        if step.special:  # a grey chip in a smaller type: not part of the prose
+            fmt.setBackground(QColor(self.theme.muted))
+            fmt.setForeground(QColor(self.theme.base))
+            fmt.setFontPointSize(max(6.0, self.font().pointSizeF() * 0.7))
+            fmt.setProperty(STEP_PROPERTY, step.index)
+            return fmt
         fmt.setBackground(self.color_for(step))
         fmt.setForeground(QColor(self.theme.text))
         fmt.setProperty(STEP_PROPERTY, step.index)

@@ -48,7 +48,7 @@ def test_beam_search_draws_a_tree_and_shows_the_best(qtbot, window, tiny_dir):
     assert window.beam_tree.best_path() == ref.token_ids
     assert [s.token_id for s in window.pane.steps] == ref.token_ids
     assert len(window.beam_tree.events) == ref.steps
-    assert window.tabs.currentWidget() is window.beam_tree
+    assert window.tabs.currentWidget() is window.plots.beam_panel
     # each shown token has its own distribution (from its beam), so the plots work for beams
     assert all(s.source == "beam" and len(s.candidates) == 50 for s in window.steps)
     _, h = window.plots.entropy.curves["model"].getData()

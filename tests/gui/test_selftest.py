@@ -22,13 +22,16 @@ def test_self_test_from_the_source_tree(tmp_path):
     assert out.stdout.startswith("self-test OK")
     assert "smollm2-135m 16 tokens" in out.stdout and "tiny-t5 16 tokens" in out.stdout
     assert (tmp_path / "self-test.png").stat().st_size > 20000
+    for name in ("presentation.png", "normal-1280.png"):
+        assert (tmp_path / name).stat().st_size > 20000 and name in out.stdout
     assert "all good" in (tmp_path / "self-test.log").read_text()
 
 
 def test_about_lists_versions_and_model_licences(qtbot, window):
     menus = [a.text() for a in window.menuBar().actions()]
-    assert menus == ["&File", "&Edit", "&Help"]
-    assert window.acts.about in window.menuBar().actions()[2].menu().actions()
+    assert menus == ["&File", "&Edit", "&View", "&Lessons", "&Help"]
+    help_menu = window.menuBar().actions()[4].menu().actions()
+    assert window.acts.about in help_menu and window.acts.shortcuts in help_menu
     text = window.about_text()
     assert "torch" in text and "transformers" in text and "Apache-2.0" in text
     assert "SmolLM2" in text and "Tiny T5" in text
