@@ -85,6 +85,11 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--new-tokens", type=int, default=128)
     bench.add_argument("--rss-tokens", type=int, default=2000, help="length of the peak-RSS run")
     bench.add_argument("--skip-gui", action="store_true", help="engine figures only")
+    bench.add_argument("--gpu-only", action="store_true", help="only the GPU part")
+    bench.add_argument(
+        "--families", action="store_true", help="only the families at real shapes (CPU)"
+    )
+    bench.add_argument("--family-tokens", type=int, default=32)
     bench.add_argument("--json", default=None, help="also write the figures to this file")
 
     sub.add_parser("models", help="list the bundled models")
@@ -352,11 +357,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
     import os
-    import platform
 
-    import torch
-
-    from engine.bench import run_engine_bench, run_gpu_bench
+    from engine.bench import (
+        family_section,
+        header,
+        run_engine_bench,
+        run_gpu_bench,
+        static_cpu_section,
+    )
     from engine.catalog import open_model
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -364,10 +372,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     def say(message: str) -> None:
         print(message, flush=True)
 
-    say(f"Decoding Lab benchmark: {platform.processor() or platform.machine()}, "
-        f"{torch.get_num_threads()} threads, torch {torch.__version__}")  # fmt: skip
+    say(header())
+    if args.gpu_only:
+        run_gpu_bench(say)
+        return 0
+    figures: dict = {}
+    if args.families:
+        figures["families"] = family_section(say, args.family_tokens)
+        figures["static_cpu"] = static_cpu_section(say, new_tokens=args.family_tokens)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(figures, f, indent=1)
+        return 0
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
-    figures: dict = {"engine": run_engine_bench(bundle, say, args.new_tokens)}
+    figures["engine"] = run_engine_bench(bundle, say, args.new_tokens)
+    figures["families"] = family_section(say, args.family_tokens)
     if not args.skip_gui:
         from gui.bench import run_gui_bench, run_startup_bench
 

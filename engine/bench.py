@@ -4,8 +4,13 @@ numbers. The device is synchronised before every clock read."""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -144,6 +149,33 @@ def llama_cpp_rates(gguf: str, ids: list[int], n: int) -> dict[str, float] | Non
     return rates
 
 
+def llama_cpp_in_subprocess(
+    gguf: str, ids: list[int], n: int, say: Callable[[str], None]
+) -> dict[str, float] | None:
+    """``llama_cpp_rates`` in a child process: a crash there (llama.cpp has exited with 139,
+    a segmentation fault, on some builds) prints a line and the bench goes on."""
+    code = (
+        "import json, sys; from engine.bench import llama_cpp_rates; "
+        "a = json.loads(sys.argv[1]); print(json.dumps(llama_cpp_rates(*a)))"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps([gguf, ids, n])],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        say("   llama-cpp-python: no answer in 600 s, skipped")
+        return None
+    if done.returncode != 0:
+        signal = f" (signal {-done.returncode})" if done.returncode < 0 else ""
+        say(f"   llama-cpp-python: exited with {done.returncode}{signal}, skipped")
+        return None
+    rates = json.loads(done.stdout.strip().splitlines()[-1])
+    if rates is None:
+        say("   llama-cpp-python: not installed, skipped (pip install llama-cpp-python)")
+    return rates
+
+
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes read per token: every weight once (an untied input embedding only a row)."""
     seen: set[int] = set()
@@ -172,10 +204,20 @@ def dtype_section(
     model = bundle.model
     model.to(dtype)
     name = str(dtype).removeprefix("torch.")
-    hf, hf_tokens = hf_generate_rate(bundle, ids, new_tokens)
-    fast, fast_session = ours_rate(bundle, ids, new_tokens, fast=True)
-    plain, _ = ours_rate(bundle, ids, new_tokens, fast=False)
-    same = fast_session.generated_ids == hf_tokens
+    kept: dict[str, Any] = {}
+
+    def run(kind: str) -> float:
+        if kind == "hf":
+            rate, kept["hf"] = hf_generate_rate(bundle, ids, new_tokens)
+        else:
+            rate, kept[kind] = ours_rate(bundle, ids, new_tokens, fast=kind == "fast")
+        return rate
+
+    # alternated (A B C A B C): a load spike from another process falls on all three alike
+    best = alternate({k: (lambda k=k: run(k)) for k in ("hf", "fast", "plain")})
+    hf, fast, plain = best["hf"], best["fast"], best["plain"]
+    fast_session = kept["fast"]
+    same = fast_session.generated_ids == kept["hf"]
     say(
         line(
             f"1. engine streaming (top-20) vs HF generate, {name}", fast, hf, "tok/s", "ours", "HF"
@@ -208,9 +250,8 @@ def llama_cpp_section(
     if not gguf or bundle.device.type != "cpu":
         return None
     ids = bundle.encode_prompt("Write a short poem about the sea.")
-    llama = llama_cpp_rates(gguf, ids, new_tokens)
+    llama = llama_cpp_in_subprocess(gguf, ids, new_tokens, say)
     if llama is None:
-        say("   llama-cpp-python: not installed, skipped (pip install llama-cpp-python)")
         return None
     for key, label in (("logprobs20", "logprobs=20"), ("plain", "no probabilities")):
         say(line(f"   bf16 vs llama-cpp-python, {label}", ours_bf16, llama[key], "tok/s", "ours",
@@ -260,11 +301,233 @@ def run_engine_bench(
 
 
 def run_gpu_bench(say: Callable[[str], None]) -> None:
-    if not torch.cuda.is_available():
-        say("7. GPU: skipped, no CUDA device on this machine")
+    """The GPU part: the captured step at SmolLM2-135M's shape and the families, then the
+    engine bench on the real SmolLM2-135M where it is installed."""
+    if gpu_section(say) is None:
         return
     from engine.catalog import open_model
 
-    bundle = open_model("smollm2-135m", device="cuda", dtype="bfloat16")
-    say(f"7. GPU: {torch.cuda.get_device_name()}")
+    try:
+        bundle = open_model("smollm2-135m", device="cuda", dtype="bfloat16")
+    except Exception as exc:  # noqa: BLE001 - the model may be absent on a bare GPU machine
+        say(f"   SmolLM2-135M itself: not available ({exc}), skipped")
+        return
     run_engine_bench(bundle, lambda m: say("   " + m))
+
+
+# --- CPU identity, families at real sizes, the static step on CPU, GPU-only (issue 14) ---
+
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_info() -> tuple[str, list[str]]:
+    """The CPU's model name and the flags that decide the kernels (AVX2 / AVX-512 / AMX),
+    from /proc/cpuinfo; the platform's processor string elsewhere."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for row in f:
+                key, _, value = row.partition(":")
+                if key.strip() == "model name" and name in ("", platform.machine()):
+                    name = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return name, [flag for flag in CPU_FLAGS if flag in flags]
+
+
+def header(threads: int | None = None) -> str:
+    name, flags = cpu_info()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return (
+        f"Decoding Lab benchmark: CPU {name} [{' '.join(flags) or 'no avx2'}], "
+        f"{threads or torch.get_num_threads()} threads, torch {torch.__version__}, "
+        f"load average {load}"
+    )
+
+
+# Real models' shapes (from their published config.json), built with random weights: no
+# downloads, the same arithmetic per token as the real thing.
+FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
+    "Qwen2.5-0.5B": dict(
+        model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
+        num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+        max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "Qwen3-0.6B": dict(
+        model_type="qwen3", vocab_size=151936, hidden_size=1024, intermediate_size=3072,
+        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+        max_position_embeddings=40960, rope_theta=1e6, rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "Gemma-3-270m": dict(
+        model_type="gemma3_text", vocab_size=262144, hidden_size=640, intermediate_size=2048,
+        num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+        max_position_embeddings=32768, sliding_window=512, query_pre_attn_scalar=256,
+        rms_norm_eps=1e-6, rope_theta=1e6, rope_local_base_freq=10000.0,
+        hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+        layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3,
+    ),
+    "GPT-2": dict(
+        model_type="gpt2", vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024
+    ),
+}  # fmt: skip
+
+
+def family_model(name: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """A random model at ``name``'s real shape (FAMILY_CONFIGS)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    values = dict(FAMILY_CONFIGS[name])
+    cfg = AutoConfig.for_model(values.pop("model_type"), **values)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    model.generation_config.pad_token_id = 0
+    return model.eval()
+
+
+def alternate(runs: dict[str, Callable[[], float]], rounds: int = 2) -> dict[str, float]:
+    """Best rate of each run over ``rounds``, interleaved (A B A B) so that the load other
+    processes put on a shared CPU falls on both alike."""
+    best: dict[str, float] = dict.fromkeys(runs, 0.0)
+    for _ in range(rounds):
+        for name, run in runs.items():
+            best[name] = max(best[name], run())
+    return best
+
+
+def _session_rate(model: torch.nn.Module, ids: list[int], n: int) -> tuple[float, list[int]]:
+    settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
+    session = GenerationSession(model, ids, settings, eos_token_ids=[], top_n=20, fast=True)
+    device = next(model.parameters()).device
+    _, secs = timed(device, lambda: list(session.stream()))
+    return n / secs, session.generated_ids
+
+
+def _generate_rate(model: torch.nn.Module, ids: list[int], n: int) -> tuple[float, list[int]]:
+    device = next(model.parameters()).device
+    x = torch.tensor([ids], device=device)
+    kwargs = dict(attention_mask=torch.ones_like(x), do_sample=False, eos_token_id=None)
+    out, secs = timed(
+        device, lambda: model.generate(x, max_new_tokens=n, min_new_tokens=n, **kwargs)
+    )
+    return n / secs, out[0, len(ids) :].tolist()
+
+
+def side_by_side(
+    model: torch.nn.Module, ids: list[int], n: int
+) -> tuple[dict[str, float], dict[str, list[int]]]:
+    """Our session (fast path, top-20) and transformers.generate, warmed up, then alternated;
+    best rates and each one's tokens."""
+    _session_rate(model, ids, 4)  # warm-up: TorchScript, oneDNN packing, compile, capture
+    _generate_rate(model, ids, 4)
+    tokens: dict[str, list[int]] = {}
+
+    def run(kind: str) -> float:
+        fn = _session_rate if kind == "ours" else _generate_rate
+        rate, tokens[kind] = fn(model, ids, n)
+        return rate
+
+    # three rounds: on a shared CPU single runs of a 0.5 B model swing 2-3x with the load
+    best = alternate({"ours": lambda: run("ours"), "hf": lambda: run("hf")}, rounds=3)
+    return best, tokens
+
+
+def family_section(
+    say: Callable[[str], None],
+    new_tokens: int = 32,
+    names: Sequence[str] | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Any]:
+    """8. Each family at a real model's shape: our fast path (top-20 per step) vs
+    transformers.generate, alternated, same tokens."""
+    results: dict[str, Any] = {}
+    ids = [(37 * i + 11) % 5000 + 100 for i in range(16)]
+    for name in names or FAMILY_CONFIGS:
+        model = family_model(name, dtype).to(device)
+        best, tokens = side_by_side(model, ids, new_tokens)
+        same = tokens["ours"] == tokens["hf"]
+        say(line(f"8. {name} ({model.config.model_type}), {str(dtype)[6:]}", best["ours"],
+                 best["hf"], "tok/s", "ours", "HF"))  # fmt: skip
+        say(f"   same {new_tokens} tokens as generate: {'yes' if same else 'NO'}; load "
+            f"{os.getloadavg()[0]:.2f}")  # fmt: skip
+        results[name] = {"ours": best["ours"], "hf": best["hf"], "identical": same}
+        del model
+    return results
+
+
+def _stepper_rate(stepper: Any, ids: list[int], n: int) -> float:
+    seq = list(ids)
+    stepper.logits(seq)  # prompt
+    _, secs = timed(
+        stepper.device,
+        lambda: [seq.append(int(stepper.logits(seq)[-1].argmax())) for _ in range(n)],
+    )
+    return n / secs
+
+
+def static_cpu_section(
+    say: Callable[[str], None], name: str = "GPT-2", new_tokens: int = 32
+) -> dict[str, Any]:
+    """9. CPU: the static step (eager over the fixed-capacity cache, and torch.compile'd) vs
+    the TorchScript step, alternated; decides which one CPU sessions use."""
+    from engine.fastpath import FastStepper
+    from engine.static_step import StaticStepper
+
+    model = family_model(name)
+    ids = [(37 * i + 11) % 5000 + 100 for i in range(16)]
+    runs: dict[str, Callable[[], float]] = {
+        "torchscript": lambda: _stepper_rate(FastStepper(model), ids, new_tokens),
+        "static eager": lambda: _stepper_rate(
+            StaticStepper(model, capacity=256, graphs=False, compile=False), ids, new_tokens
+        ),
+    }
+    compiled = StaticStepper(model, capacity=256, graphs=False, compile=True)
+    try:
+        start = time.perf_counter()
+        _stepper_rate(compiled, ids, 2)  # compiles
+        say(f"9. torch.compile of the static step on CPU: {time.perf_counter() - start:.0f} s")
+        runs["static compiled"] = lambda: _stepper_rate(compiled, ids, new_tokens)
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        say(f"9. torch.compile of the static step on CPU failed: {str(exc).splitlines()[0]}")
+    best = alternate(runs)
+    for kind in list(best)[1:]:
+        say(line(f"9. {name}, {kind} vs TorchScript", best[kind], best["torchscript"],
+                 "tok/s", "static", "TS"))  # fmt: skip
+    return best
+
+
+def gpu_section(say: Callable[[str], None], new_tokens: int = 128) -> dict[str, Any] | None:
+    """7. GPU: the captured static step vs transformers.generate eager, bf16 and fp32, on
+    SmolLM2-135M's architecture and the families at real shapes (no downloads)."""
+    if not torch.cuda.is_available():
+        say("7. GPU: skipped, no CUDA device on this machine")
+        return None
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    say(f"7. GPU: {torch.cuda.get_device_name()}")
+    smollm2 = LlamaConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+        rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+    )  # fmt: skip
+    ids = [(37 * i + 11) % 5000 + 100 for i in range(16)]
+    results: dict[str, Any] = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(smollm2).to("cuda", dtype).eval()
+        model.generation_config.pad_token_id = 0
+        best, tokens = side_by_side(model, ids, new_tokens)
+        say("   " + line(f"SmolLM2-135M shape, {str(dtype)[6:]}, top-20", best["ours"],
+                         best["hf"], "tok/s", "ours", "HF"))  # fmt: skip
+        say(f"   same tokens as generate: {'yes' if tokens['ours'] == tokens['hf'] else 'NO'}")
+        results[str(dtype)[6:]] = best
+        del model
+    results["families"] = family_section(
+        lambda m: say("   " + m), new_tokens, device="cuda", dtype=torch.bfloat16
+    )
+    return results

@@ -67,7 +67,8 @@ class DynamicKV(KVCache):
 class StaticKV(KVCache):
     """Keys and values preallocated as ``[layers, kv_heads, capacity, head_dim]`` and written
     in place. Cropping only moves the end; running out of room copies into a buffer twice as
-    large (up to ``max_len``)."""
+    large (up to ``max_len``). ``buckets``: capacities are ``min_capacity`` times a power of
+    two (or ``max_len``), so a static step sees few distinct shapes (one compile each)."""
 
     def __init__(
         self,
@@ -78,12 +79,14 @@ class StaticKV(KVCache):
         device: torch.device,
         max_len: int,
         min_capacity: int = 256,
+        buckets: bool = False,
     ) -> None:
         super().__init__()
         self.shape = (layers, kv_heads, head_dim)
         self.dtype, self.device = dtype, device
         self.max_len = max_len
         self.min_capacity = min_capacity
+        self.buckets = buckets
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
@@ -95,7 +98,12 @@ class StaticKV(KVCache):
         """Room for ``needed`` positions; returns the key and value buffers."""
         have = self.capacity
         if needed > have or self.k is None or self.v is None:
-            capacity = min(self.max_len, max(needed, 2 * have, self.min_capacity))
+            capacity = max(needed, 2 * have, self.min_capacity)
+            if self.buckets:
+                capacity = max(have, self.min_capacity)
+                while capacity < needed:
+                    capacity *= 2
+            capacity = min(self.max_len, capacity)
             layers, kv_heads, head_dim = self.shape
             shape = (layers, kv_heads, capacity, head_dim)
             k = torch.zeros(shape, dtype=self.dtype, device=self.device)

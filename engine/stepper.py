@@ -7,7 +7,9 @@ common prefix and feeds the rest; nothing is recomputed.
 
 * ``ModelStepper``: transformers' ``model.forward`` for any decoder-only or encoder-decoder
   model, with or without a cache. The encoder runs once, here.
-* ``engine.fastpath.FastStepper``: a lean path for the families it knows.
+* ``engine.fastpath.FastStepper``: a lean path for the families it knows (TorchScript).
+* ``engine.static_step.StaticStepper``: the same step over a fixed-capacity cache, compiled
+  and replayed from a CUDA graph on a GPU.
 
 ``make_stepper`` picks one.
 """
@@ -25,6 +27,7 @@ from engine.errors import EmptyPromptError
 from engine.fastpath import fast_stepper_or_none
 from engine.kvcache import DynamicKV, KVCache
 from engine.records import Progress
+from engine.static_step import static_stepper_or_none
 
 
 class Stepper(Protocol):
@@ -133,9 +136,15 @@ def make_stepper(
     fast: bool = False,
     max_len: int | None = None,
 ) -> Stepper:
-    """The fast path when asked for and the model supports it, else ``ModelStepper``."""
+    """The fast path when asked for and the model's family has one, else ``ModelStepper``. On
+    CUDA the static step (compiled, decode tokens replayed from a CUDA graph); elsewhere, or
+    when that is unavailable, the TorchScript step."""
     if fast and use_cache and not encoder_input_ids:
-        stepper = fast_stepper_or_none(model, max_len=max_len)
+        stepper: Stepper | None = None
+        if model_device(model).type == "cuda":
+            stepper = static_stepper_or_none(model, max_len=max_len)
+        if stepper is None:
+            stepper = fast_stepper_or_none(model, max_len=max_len)
         if stepper is not None:
             return stepper
     return ModelStepper(model, encoder_input_ids, use_cache=use_cache)

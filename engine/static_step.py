@@ -1,0 +1,252 @@
+"""A static decode step: the shapes a CUDA graph can replay.
+
+The fast path's step (``engine.fastpath``'s source, run here as plain Python) over a cache of
+fixed capacity: keys and values are written at ``pos`` (a device tensor), attention reads the
+whole capacity under a mask (key j is visible to the row at position p when j <= p, and
+j > p - window on sliding layers), so no shape depends on how far decoding has got. That lets
+
+* ``torch.compile`` fuse the step (compiled once per (model, dtype, capacity), shared by the
+  steppers of one model), and
+* a CUDA graph capture one decode token (``torch.cuda.CUDAGraph``, captured after the compiled
+  step has run on a side stream) and replay it: a token costs one graph launch instead of
+  hundreds of kernel launches from Python.
+
+Per decode token the host does: copy the token id and its position into two preallocated
+device tensors (``copy_`` from a pinned host buffer, ordered on the stream), replay, and
+clone the logits out of the graph's output buffer. No synchronisation happens here: the
+caller's top-N / sampler chain run on the device and its one small device-to-host copy is the
+token's only sync point.
+
+When a token would not fit, the cache grows (twice the capacity, up to the model's context),
+which changes the shapes: the step is compiled and captured again for the new capacity.
+Multi-token calls (the prompt, speculative verification) run the same step eagerly over the
+static cache. Anything that cannot be compiled or captured (no CUDA, an old torch, a failing
+compile) falls back, with one line in the log saying why: to the eager step on a GPU, and on
+CPU the TorchScript ``FastStepper`` stays the default (see FAST_NOTES.md for the figures).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from engine.fastpath import Spec, python_forward, read_spec
+from engine.kvcache import StaticKV
+
+log = logging.getLogger(__name__)
+
+# compiled steps per model: {model: {(dtype, capacity): compiled forward}}
+_COMPILED: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple[torch.dtype, int], Any]]
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def graphs_unavailable(device: torch.device) -> str | None:
+    """None when a CUDA graph can be captured on ``device``, else why not (one line)."""
+    if device.type != "cuda":
+        return f"CUDA graphs need a CUDA device (this model is on {device.type})"
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    if not hasattr(torch.cuda, "CUDAGraph"):
+        return f"torch {torch.__version__} has no CUDA graphs"
+    return None
+
+
+def compile_unavailable() -> str | None:
+    """None when ``torch.compile`` can be used here, else why not."""
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile"
+    try:
+        importlib.import_module("torch._dynamo")
+    except Exception as exc:  # noqa: BLE001 - any import failure means: no compile
+        return f"torch.compile is unusable: {exc}"
+    return None
+
+
+def compiled_step(model: torch.nn.Module, dtype: torch.dtype, capacity: int) -> Any:
+    """``torch.compile`` of the step, cached per (model, dtype, capacity). Compilation itself
+    happens on the first call (seconds to a minute), which is why callers warm it up off the
+    GUI thread."""
+    per_model = _COMPILED.setdefault(model, {})
+    key = (dtype, capacity)
+    if key not in per_model:
+        # fullgraph: a graph break would leave Python between kernels, which capture forbids;
+        # dynamic=False: one capacity, one set of shapes, no symbolic sizes
+        per_model[key] = torch.compile(python_forward(fresh=True), fullgraph=True, dynamic=False)
+    return per_model[key]
+
+
+class StaticStepper:
+    """A ``Stepper`` over a fixed-capacity cache; on CUDA, decode tokens replay a captured
+    graph of the (compiled) step.
+
+    ``compile``: use ``torch.compile`` (default: on CUDA). ``graphs``: capture decode tokens in
+    a CUDA graph (default: on CUDA). ``capacity``: the cache's first size (it grows)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        max_len: int | None = None,
+        capacity: int = 256,
+        compile: bool | None = None,
+        graphs: bool | None = None,
+    ) -> None:
+        self.model = model
+        self.spec: Spec = read_spec(model)
+        self.family = self.spec.family
+        self.device, self.dtype = self.spec.device, self.spec.dtype
+        self.max_len = min(max_len or self.spec.max_len, self.spec.max_len)
+        cuda = self.device.type == "cuda"
+        self.compile = cuda if compile is None else compile
+        self.graphs = cuda if graphs is None else graphs
+        self.fallback: str | None = None  # why this stepper runs less than asked, if it does
+        if self.graphs and (reason := graphs_unavailable(self.device)):
+            self._fall_back(reason)
+        if self.compile and (reason := compile_unavailable()):
+            self.compile = False
+            self._fall_back(reason)
+        self._args = self.spec.args(onednn=False)
+        self._eager = python_forward()
+        self.forward_passes = 0
+        self.captures = 0  # graphs captured so far (one per capacity reached)
+        self.cache = StaticKV(
+            len(self.spec.layers),
+            self.spec.n_kv,
+            self.spec.head_dim,
+            self.dtype,
+            self.device,
+            self.max_len,
+            min_capacity=min(capacity, self.max_len),
+            buckets=True,
+        )
+        self._graph: Any = None  # (capacity, CUDAGraph, output buffer)
+        self._ids = torch.zeros(1, dtype=torch.long, device=self.device)  # [1] token id
+        self._pos = torch.zeros(1, dtype=torch.long, device=self.device)  # [1] its position
+        self._host = torch.zeros(2, dtype=torch.long, pin_memory=cuda)
+        self._copied = torch.cuda.Event() if cuda else None  # the last copy out of _host
+
+    def _fall_back(self, reason: str) -> None:
+        self.graphs = False
+        self.fallback = reason
+        log.info("static step without CUDA graphs: %s", reason)
+
+    def truncate(self, length: int) -> None:
+        # Positions past the end stay in the buffer but are masked: a key at j > p is never
+        # visible to a row at p, and the next token at that position overwrites it.
+        self.cache.crop(length)
+
+    def _step_fn(self, capacity: int) -> Callable[..., torch.Tensor]:
+        if not self.compile:
+            return self._eager
+        try:
+            return compiled_step(self.model, self.dtype, capacity)
+        except Exception as exc:  # noqa: BLE001 - compile is an optimisation, never an error
+            self.compile = False
+            log.info("static step not compiled: %s", exc)
+            return self._eager
+
+    def _run(self, ids: torch.Tensor, pos: torch.Tensor, keep: int, fn: Any = None) -> Any:
+        k_all, v_all = self.cache.k, self.cache.v
+        return (fn or self._eager)(
+            ids=ids, pos=pos, attn_len=self.cache.capacity, always_mask=True, k_all=k_all,
+            v_all=v_all, keep=keep, **self._args,
+        )  # fmt: skip
+
+    def _capture(self) -> tuple[int, Any, torch.Tensor]:
+        """Compile (on first use) and capture one decode token at the current capacity. The
+        token id and position are already in ``self._ids`` / ``self._pos``: the warm-up runs
+        write the same keys and values the real token will, so they change nothing."""
+        capacity = self.cache.capacity
+        fn = self._step_fn(capacity)
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):  # warm-up off the capture: compile, autotune, allocate
+            for _ in range(2):
+                self._run(self._ids, self._pos, 1, fn)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: CUDA calls made by other threads meanwhile (none expected: the GUI
+        # thread does not touch the device) do not invalidate this capture
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            out = self._run(self._ids, self._pos, 1, fn)  # [1, vocab], lives in the graph's pool
+        self.captures += 1
+        return capacity, graph, out
+
+    def _decode_graphed(self, token: int, position: int) -> torch.Tensor | None:
+        """One decode token by graph replay, or None when capture failed (then eager)."""
+        # The pinned buffer is reused: wait until the last copy out of it ran. Normally it has
+        # long since (the caller read the previous token's logits back), so this costs nothing;
+        # it matters after warm_up, which returns without reading anything.
+        if self._copied is not None:
+            self._copied.synchronize()
+        self._host[0], self._host[1] = token, position
+        # both copies are ordered on the stream before the replay; no host sync here
+        self._ids.copy_(self._host[:1], non_blocking=True)
+        self._pos.copy_(self._host[1:], non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+        if self._graph is None or self._graph[0] != self.cache.capacity:
+            self._graph = None  # a grown cache: new buffers, new shapes, capture again
+            try:
+                self._graph = self._capture()
+            except Exception as exc:  # noqa: BLE001 - capture is an optimisation
+                self._fall_back(f"capture failed: {exc}")
+                return None
+        _, graph, out = self._graph
+        graph.replay()
+        return out.clone()  # the next replay overwrites the graph's buffer
+
+    @torch.inference_mode()
+    def warm_up(self) -> bool:
+        """Compile and capture now (seconds to a minute on first use), so that the first
+        token does not pause: call it from the worker thread with a progress line. The dummy
+        token goes to the first free position, which is masked until a real token overwrites
+        it. True when a graph is ready."""
+        if not self.graphs:
+            return False
+        position = len(self.cache)
+        if position >= self.max_len:
+            return False
+        self.cache.ensure(position + 1)
+        return self._decode_graphed(0, position) is not None
+
+    @torch.inference_mode()
+    def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
+        """Same contract as ModelStepper.logits: [keep, vocab] float32."""
+        if len(ids) < keep:
+            raise ValueError(f"need at least {keep} ids, got {len(ids)}")
+        if len(ids) > self.max_len:
+            raise ValueError(f"{len(ids)} tokens exceed the model's context of {self.max_len}")
+        start = self.cache.reusable(ids, keep)
+        self.cache.crop(start)
+        new = list(ids[start:])
+        self.cache.ensure(start + len(new))  # may grow: a new capacity
+        out: torch.Tensor | None = None
+        if self.graphs and len(new) == 1 and keep == 1:
+            out = self._decode_graphed(new[0], start)
+        if out is None:
+            x = torch.tensor(new, device=self.device)  # [n]
+            pos = torch.arange(start, start + len(new), device=self.device)  # [n]
+            fn = self._step_fn(self.cache.capacity) if len(new) == 1 and keep == 1 else None
+            out = self._run(x, pos, keep, fn)
+        self.forward_passes += 1
+        self.cache.extend(new)
+        return out
+
+
+def static_stepper_or_none(model: torch.nn.Module, **kwargs: Any) -> StaticStepper | None:
+    """The static step when the model's family has a fast path and it runs on CUDA, else
+    None (with the reason logged)."""
+    from engine.fastpath import supports
+
+    if supports(model) is not None:
+        return None  # engine.fastpath says why, once
+    reason = graphs_unavailable(next(model.parameters()).device)
+    if reason is not None:
+        log.info("static step off: %s", reason)
+        return None
+    return StaticStepper(model, **kwargs)

@@ -1,0 +1,65 @@
+"""The bench's helpers: the CPU header, alternated runs, llama-cpp-python's crash isolation,
+and the families' real-shape configs (built as configs only: no weights)."""
+
+import os
+import stat
+
+import pytest
+from transformers import AutoConfig
+
+from engine import bench
+
+
+def test_header_names_the_cpu_its_flags_and_the_load():
+    name, flags = bench.cpu_info()
+    assert name
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        assert all(f" {flag}" in text for flag in flags)
+        assert ("avx2" in flags) == (" avx2" in text)
+    line = bench.header(threads=3)
+    assert name in line and "3 threads" in line and "load average" in line
+
+
+def test_alternate_interleaves_the_runs_and_keeps_the_best():
+    order: list[str] = []
+    rates = {"a": iter([1.0, 3.0]), "b": iter([5.0, 2.0])}
+
+    def run(kind: str) -> float:
+        order.append(kind)
+        return next(rates[kind])
+
+    best = bench.alternate({"a": lambda: run("a"), "b": lambda: run("b")}, rounds=2)
+    assert order == ["a", "b", "a", "b"]
+    assert best == {"a": 3.0, "b": 5.0}
+
+
+def test_a_crashing_comparator_prints_a_line_and_the_bench_goes_on(tmp_path, monkeypatch):
+    crash = tmp_path / "python"
+    crash.write_text("#!/bin/sh\nkill -SEGV $$\n")  # as llama.cpp did on some builds
+    crash.chmod(crash.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(bench.sys, "executable", str(crash))
+    said: list[str] = []
+    assert bench.llama_cpp_in_subprocess("x.gguf", [1, 2], 4, said.append) is None
+    assert len(said) == 1 and "signal 11" in said[0]
+
+
+@pytest.mark.parametrize("name", list(bench.FAMILY_CONFIGS))
+def test_family_configs_build_and_take_the_fast_path(name):
+    values = dict(bench.FAMILY_CONFIGS[name])
+    cfg = AutoConfig.for_model(values.pop("model_type"), **values)
+    for key, value in values.items():  # every attribute name is one transformers knows
+        if key not in ("rope_theta", "rope_local_base_freq"):  # folded into rope_parameters
+            assert getattr(cfg, key) == value, key
+    if "rope_theta" in values:  # the real model's rotary base reached the config
+        params = cfg.rope_parameters
+        thetas = (
+            [params["rope_theta"]]
+            if "rope_theta" in params
+            else [p["rope_theta"] for p in params.values()]
+        )
+        assert values["rope_theta"] in thetas
+    from engine.fastpath import FAMILIES
+
+    assert cfg.model_type in FAMILIES
