@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench package setup clean
+.PHONY: run test test-remote vllm-env lint bench package setup clean
 
 $(STAMP): pyproject.toml Makefile
 	bash .ci/system-deps
@@ -25,7 +25,17 @@ run: $(STAMP)
 	$(PY) main.py
 
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not remote"
+
+# vLLM's CPU build in its own venv (cached: a stamp file), for the served-model tests.
+VLLM_VENV ?= .venv-vllm
+vllm-env:
+	PYTHON=$(PYTHON) bash resources/remote/setup_vllm.sh $(VLLM_VENV)
+
+# The served-model tests against a real `vllm serve` on 127.0.0.1 (a few minutes on 2 cores).
+test-remote: $(STAMP) vllm-env
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 DECODING_LAB_VLLM_VENV=$(VLLM_VENV) \
+		$(PY) -m pytest -q -m remote tests/remote
 
 bench: $(STAMP)
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) main.py bench

@@ -95,7 +95,120 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.add_parser("models", help="list the bundled models")
     les = sub.add_parser("lessons", help="list the bundled lessons, or check lesson files")
     les.add_argument("files", nargs="*", metavar="FILE", help="lesson files (.yaml) to check")
+    _add_server_options(gen, cmp)
     return parser
+
+
+def _add_server_options(gen: argparse.ArgumentParser, cmp: argparse.ArgumentParser) -> None:
+    """A model served elsewhere (vLLM, SGLang, llama.cpp's server): --model is then its
+    served name."""
+    for p in (gen, cmp):
+        g = p.add_argument_group("served model (OpenAI-compatible /v1 endpoint)")
+        g.add_argument("--server", default=None, metavar="URL", help="e.g. http://host:8000")
+        g.add_argument(
+            "--key-source", choices=("env", "keyring", "none"), default="env",
+            help="API key from $DECODING_LAB_API_KEY (env) or the system keychain",
+        )  # fmt: skip
+        g.add_argument("--tokenizer", default=None, help="local hub id or folder of its tokenizer")
+        g.add_argument("--logprobs", type=int, default=20, help="candidates per step (server max)")
+        g.add_argument("--insecure", action="store_true", help="do not verify HTTPS certificates")
+    gen.add_argument(
+        "--stream", action="store_true",
+        help="with --server: the server samples in one streaming request (default: explore)",
+    )  # fmt: skip
+    cmp.add_argument(
+        "--local-model", default=None,
+        help="with --server: also run this local model (same tokenizer), e.g. smollm2-135m",
+    )  # fmt: skip
+
+
+def _open_served(args: argparse.Namespace):
+    from engine.remote import KeySource
+    from engine.remote_session import open_served
+
+    print(f"[connecting to {args.server}]", file=sys.stderr)
+    return open_served(
+        args.server, args.model, KeySource(args.key_source), tokenizer=args.tokenizer,
+        n_logprobs=args.logprobs, verify=not args.insecure,
+    )  # fmt: skip
+
+
+def cmd_generate_served(args: argparse.Namespace) -> int:
+    from engine.records import SAMPLING, SERVED_STREAM
+    from engine.remote import RemoteError
+    from engine.workbench import RunRequest
+
+    try:
+        settings = _settings_from(args)
+        bundle = _open_served(args)
+        prompt = args.prompt if args.prompt is not None else "Once upon a time"
+        ids = bundle.encode_prompt(prompt, False if args.no_chat_template else None)
+        method = SERVED_STREAM if args.stream else SAMPLING
+        request = RunRequest(prompt, method=method, settings=settings, top_n=args.logprobs)
+        session = bundle.make_session(ids, request)
+    except (RemoteError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"[{bundle.describe()}; {'stream' if args.stream else 'explore'} mode]", file=sys.stderr)
+    try:
+        for step in session.stream():
+            if args.show_probs:
+                alts = ", ".join(
+                    f"{_visible(c.text)!r} {c.raw_prob:.3f}"
+                    for c in step.candidates[: args.show_probs]
+                )
+                print(
+                    f"{step.index:4d} {_visible(step.token_str)!r:>16} p={step.prob:.3f} "
+                    f"raw={step.raw_prob:.3f} other={step.other_p:.3f} "
+                    f"H>={step.entropy_raw:.2f}b {step.step_time * 1000:.0f}ms | {alts}"
+                )
+            else:
+                print(step.text if not step.is_eos else "", end="", flush=True)
+    except RemoteError as exc:
+        print(f"\nerror: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        s = session.summary()
+        print(
+            f"\n[{s.tokens} tokens in {s.seconds:.2f}s = {s.tokens_per_s:.1f} tokens/s; "
+            f"{session.forward_passes} requests; stop: {s.stop_reason}]",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_compare_served(args: argparse.Namespace) -> int:
+    from engine import SamplerSettings
+    from engine.catalog import open_model
+    from engine.compare import compare_served, format_table
+    from engine.records import ROW_SERVED_EXPLORE, MethodResult
+    from engine.remote import RemoteError
+
+    try:
+        bundle = _open_served(args)
+        local = None
+        if args.local_model:
+            local = open_model(args.local_model, device=args.device, dtype=args.dtype)
+        prompt = args.prompt or "Once upon a time"
+        ids = bundle.encode_prompt(prompt, False if args.no_chat_template else None)
+        settings = SamplerSettings(temperature=args.temperature, seed=args.seed)
+        results = []
+        for r in compare_served(bundle, ids, settings, args.max_new_tokens, local=local):
+            if isinstance(r, MethodResult):
+                results.append(r)
+            else:
+                print(f"[{r.text}]", file=sys.stderr)
+    except (RemoteError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"model: {bundle.describe()}  prompt tokens: {len(ids)}  new tokens: {args.max_new_tokens}"
+    )
+    print(format_table(results, baseline=ROW_SERVED_EXPLORE))
+    if args.show_text:
+        for r in results:
+            print(f"\n== {r.method}\n{r.text}")
+    return 0
 
 
 def _settings_from(args: argparse.Namespace):
@@ -319,6 +432,8 @@ def cli(argv: list[str] | None = None) -> int:
     """Headless entry point (`decoding-lab-cli`)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
+    if args.command in ("generate", "compare") and args.server:
+        return cmd_generate_served(args) if args.command == "generate" else cmd_compare_served(args)
     if args.command == "generate":
         return cmd_generate(args)
     if args.command == "models":

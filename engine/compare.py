@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import torch
+
 from engine.beam import BeamSession
 from engine.device import timed
 from engine.models import ModelBundle
@@ -182,3 +184,65 @@ def format_table(results: Sequence[MethodResult], baseline: str = ROW_PLAIN) -> 
     ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def compare_served(
+    bundle: Any,
+    prompt_ids: Sequence[int],
+    settings: SamplerSettings,
+    max_new_tokens: int = 64,
+    local: ModelBundle | None = None,
+    local_rows: Sequence[str] = (ROW_PLAIN,),
+) -> Iterator[Progress | MethodResult]:
+    """A served model (``engine.remote_session.RemoteBundle``) in explore and stream mode, and,
+    given ``local`` (the same weights loaded here, the same tokenizer), local rows beside them.
+    "identical" compares with the served model's explore run at temperature 0; seconds are wall
+    time, requests included (forward passes: requests to the server)."""
+    from engine.records import ROW_SERVED_EXPLORE, ROW_SERVED_STREAM
+    from engine.remote_session import RemoteSession, RemoteStreamSession
+
+    def decode(ids: Sequence[int]) -> str:
+        return bundle.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def served(cls: type, s: SamplerSettings) -> tuple[Any, float]:
+        session = cls(
+            bundle.client, prompt_ids, s, tokenizer=bundle.tokenizer, top_n=1,
+            eos_token_ids=bundle.eos_token_ids, n_logprobs=bundle.n_logprobs,
+            max_context=bundle.context_length,
+        )  # fmt: skip
+
+        def run() -> None:
+            for _ in session.stream(max_new_tokens):
+                pass
+
+        _, secs = timed(torch.device("cpu"), run)  # wall time, the requests included
+        return session, secs
+
+    yield Progress("Served model: explore mode at temperature 0 for the reference")
+    greedy = settings.with_(temperature=0.0)
+    served(RemoteSession, greedy.with_(max_new_tokens=2))  # warm the server's prefix cache
+    reference, _ = served(RemoteSession, greedy)
+    ref = list(reference.generated_ids)
+    rows: list[tuple[str, Any]] = [(ROW_SERVED_EXPLORE, RemoteSession), (ROW_SERVED_STREAM, None)]
+    for i, (row, cls) in enumerate(rows):
+        yield Progress(f"Running {row} ({i + 1} of {len(rows) + len(local_rows)})")
+        session, secs = served(cls or RemoteStreamSession, settings)
+        ids = list(session.generated_ids)
+        yield MethodResult(
+            row, tuple(ids), decode(ids), secs, session.forward_passes,
+            identical_to_greedy=ids == ref, note=bundle.describe(),
+        )  # fmt: skip
+    if local is None:
+        return
+    vocab = getattr(bundle.tokenizer, "get_vocab", dict)
+    same_tokens = vocab() == local.tokenizer.get_vocab()
+    if not same_tokens:
+        yield Progress("The local model's tokenizer differs from the served one: no local rows")
+        return
+    comparison = _Comparison(local, prompt_ids, settings, max_new_tokens, 4, 5, None, fast=False)
+    comparison.reference = ref
+    for row in local_rows:
+        yield Progress(f"Running {row} (local)")
+        result = comparison.row(row)
+        if result is not None:
+            yield result

@@ -54,6 +54,11 @@ class Step:
     source: str = "sample"  # "sample", "greedy", "forced", "draft", "target", "beam"
     prefill: bool = False  # step_time includes reading the prompt (or catching up after undo)
     special: bool = False  # a special token of the tokenizer (<|im_end|>, </s>, ...)
+    # A served model (engine.remote_session) reports only its top-N candidates: the raw mass
+    # outside them ("other"), and entropies computed from N candidates plus that one lump,
+    # which are lower bounds of the true entropy.
+    other_p: float | None = None
+    entropy_lower_bound: bool = False
 
 
 # Memory bound for long runs: the newest KEEP_FULL steps keep every candidate, older ones their
@@ -212,6 +217,12 @@ ROW_SPEC_NGRAM = "speculative, n-gram"
 COMPARE_ROWS = (
     ROW_PLAIN_NO_CACHE, ROW_PLAIN, ROW_PLAIN_FAST, ROW_BEAM, ROW_SPEC_DRAFT, ROW_SPEC_NGRAM
 )  # fmt: skip
+# A served model (engine.remote_session): our chain on its top-N, or its own sampling, streamed.
+ROW_SERVED_EXPLORE = "served, explore"
+ROW_SERVED_STREAM = "served, stream"
+SERVED_ROWS = (ROW_SERVED_EXPLORE, ROW_SERVED_STREAM)
+# The method names of a served model's runs (RunRequest.method); explore is SAMPLING.
+SERVED_STREAM = "served_stream"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from engine.records import (
     KEEP_FULL,
     RUN_METHODS,
     SAMPLING,
+    SERVED_STREAM,
     SPEC_DRAFT,
     SPEC_NGRAM,
     ChoiceHistory,
@@ -92,6 +93,15 @@ class Workbench:
             check_same_tokenizer(self.bundle.tokenizer, bundle.tokenizer)
         return bundle
 
+    def open_remote(
+        self, url: str, model: str | None = None, key_source: Any = None, **options: Any
+    ) -> ModelBundle:
+        """Connect to a served model (``engine.remote_session.open_served``: ``options`` are
+        its keyword arguments); ``adopt`` makes it current, like a loaded model."""
+        from engine.remote_session import open_served
+
+        return open_served(url, model, key_source, **options)
+
     def adopt(self, bundle: ModelBundle, draft: bool = False) -> None:
         if draft:
             self.draft = bundle
@@ -104,7 +114,8 @@ class Workbench:
     def start(self, request: RunRequest) -> Action:
         """A new run: tokenise the prompt, build the method's session, stream it."""
         bundle = self._bundle()
-        if request.method not in RUN_METHODS:
+        served = hasattr(bundle, "make_session")  # engine.remote_session.RemoteBundle
+        if request.method not in RUN_METHODS and not (served and request.method == SERVED_STREAM):
             raise ValueError(f"Unknown method {request.method!r}: choose {', '.join(RUN_METHODS)}")
         ids = bundle.encode_prompt(request.prompt, request.chat_template)
         self.session = None
@@ -114,7 +125,10 @@ class Workbench:
             request.method, request.prompt, len(ids), request.settings.to_dict(),
             chat_template=request.chat_template,
         )  # fmt: skip
-        yield from live(session, session.stream(request.limit), settings=request.method != BEAM)
+        yield from live(
+            session, session.stream(request.limit),
+            settings=request.method not in (BEAM, SERVED_STREAM),
+        )  # fmt: skip
         yield self._choices()
 
     def step(self, request: RunRequest) -> Action:
@@ -179,6 +193,13 @@ class Workbench:
 
         bundle = self._bundle()
         ids = bundle.encode_prompt(request.prompt, request.chat_template)
+        if hasattr(bundle, "make_session"):
+            from engine.compare import compare_served
+
+            yield from compare_served(
+                bundle, ids, request.settings, request.settings.max_new_tokens
+            )
+            return
         yield from compare_iter(
             bundle, ids, request.settings, max_new_tokens=request.settings.max_new_tokens,
             num_beams=request.num_beams, gamma=request.gamma, drafter=self.draft,
@@ -203,6 +224,8 @@ class Workbench:
         return ChoiceHistory(can_undo=undo, can_redo=redo)
 
     def _make_session(self, bundle: ModelBundle, ids: list[int], request: RunRequest) -> Any:
+        if hasattr(bundle, "make_session"):  # a served model builds its own sessions
+            return bundle.make_session(ids, request)
         settings = request.settings
         common: dict[str, Any] = dict(
             tokenizer=bundle.tokenizer, eos_token_ids=bundle.eos_token_ids,

@@ -42,9 +42,18 @@ def friendly_error(exc: BaseException) -> str:
             "The device ran out of memory. Try fewer new tokens, a smaller model, or the CPU. "
             f"({exc.__class__.__name__})"
         )
+    from engine.remote import RemoteError
+
     if isinstance(
         exc,
-        (ModelLoadError, EmptyPromptError, DrafterMismatchError, NonFiniteLogitsError, ValueError),
+        (
+            RemoteError,
+            ModelLoadError,
+            EmptyPromptError,
+            DrafterMismatchError,
+            NonFiniteLogitsError,
+            ValueError,
+        ),  # fmt: skip
     ):
         return str(exc)
     return f"{exc.__class__.__name__}: {exc}"
@@ -214,6 +223,24 @@ class EngineRunner(QObject):
             job.say("Loading the engine (torch, transformers)")
             import_engine()
             return self.workbench.load(source, device, dtype, progress=job.say)
+
+        def adopt(bundle: ModelBundle) -> None:
+            self.workbench.adopt(bundle)
+            self.model_loaded.emit(bundle)
+
+        return self._start(work, "load", adopt, self.load_failed)
+
+    def open_served(
+        self, url: str, model: str | None = None, key_source: Any = None, **options: Any
+    ) -> bool:
+        """A model served elsewhere (``Workbench.open_remote``; ``key_source``: an
+        ``engine.remote.KeySource``); it becomes the current model as a loaded one does, and
+        failures arrive on ``load_failed`` with the RemoteError's message."""
+
+        def work(job: Job) -> ModelBundle:
+            job.say(f"Connecting to {url}")
+            import_engine()
+            return self.workbench.open_remote(url, model, key_source, **options)
 
         def adopt(bundle: ModelBundle) -> None:
             self.workbench.adopt(bundle)

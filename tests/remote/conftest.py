@@ -1,0 +1,44 @@
+"""One real `vllm serve` for the session: the bundled SmolLM2 (fp32 transformers folder) on
+127.0.0.1 at a free port, started with an API key (so 401 is testable on the same server) and
+stopped at the end. Skips with the reason when vLLM cannot run here.
+
+DECODING_LAB_VLLM_URL points the tests at a server already running instead (serving the
+converted folder under its path as the name); the tests that kill the server or need its API
+key then skip."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from engine.vllm_server import VLLMServer, bundled_hf_folder, start_vllm, vllm_problem
+
+API_KEY = "test-key-3b1f"  # only for this loopback server
+START_TIMEOUT = float(os.environ.get("DECODING_LAB_VLLM_START_TIMEOUT", "900"))
+
+
+@pytest.fixture(scope="session")
+def hf_folder():
+    return bundled_hf_folder()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(hf_folder) -> Iterator[VLLMServer]:
+    external = os.environ.get("DECODING_LAB_VLLM_URL")
+    if external:
+        key = os.environ.get("DECODING_LAB_API_KEY")
+        yield SimpleNamespace(url=external, api_key=key, process=None, started_s=0.0)
+        return
+    venv = os.environ.get("DECODING_LAB_VLLM_VENV", ".venv-vllm")
+    problem = vllm_problem(venv)
+    if problem is not None:
+        pytest.skip(f"vLLM cannot run here: {problem}")
+    server = start_vllm(hf_folder, venv=venv, api_key=API_KEY, timeout=START_TIMEOUT)
+    print(f"\n[vllm serve up in {server.started_s:.0f} s at {server.url}]")
+    try:
+        yield server
+    finally:
+        server.stop()
