@@ -101,7 +101,10 @@ class BeamSession(SessionBase):
 
     def _chain_for(self, settings: SamplerSettings) -> Chain:
         """Beams are ranked by log-probability: only the penalty stages apply."""
-        return build_chain(settings, self.prompt_length, self.eos_token_ids, only=PENALTIES)
+        return build_chain(
+            settings, self.prompt_length, self.eos_token_ids, only=PENALTIES,
+            tokenizer=self.tokenizer,
+        )  # fmt: skip
 
     def run(self) -> BeamResult:
         for _ in self.stream():

@@ -175,7 +175,8 @@ class MinP(LogitsProcessor):
 
 class TypicalP(LogitsProcessor):
     """Locally typical sampling (Meister et al. 2022): keep tokens whose surprisal is closest to
-    the entropy until their mass reaches ``mass``; 1 is off."""
+    the entropy until their mass reaches ``mass`` (tokens tied with the last one kept, as in
+    transformers' ``TypicalLogitsWarper``); 1 is off."""
 
     def __init__(self, mass: float, min_tokens_to_keep: int = 1) -> None:
         check_setting("typical_p", mass)
@@ -195,8 +196,12 @@ class TypicalP(LogitsProcessor):
         distance = (-logp - entropy).abs()
         sorted_distance, order = torch.sort(distance, dim=-1, stable=True)
         sorted_p = p.gather(-1, order)
-        mass_before = sorted_p.cumsum(dim=-1) - sorted_p
-        remove_sorted = mass_before >= self.mass - 1e-6
+        # The token whose mass reaches ``mass`` is the boundary; every token at least as
+        # typical as it is kept, ties included (transformers' TypicalLogitsWarper).
+        last = ((sorted_p.cumsum(dim=-1) < self.mass - 1e-6).sum(-1, keepdim=True)).clamp(
+            max=scores.shape[-1] - 1
+        )
+        remove_sorted = sorted_distance > sorted_distance.gather(-1, last)
         remove_sorted |= torch.isinf(sorted_distance)  # already removed tokens stay removed
         remove_sorted[..., : self.min_tokens_to_keep] = False
         remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
@@ -442,8 +447,8 @@ class SequenceBias(LogitsProcessor):
         seq_len = input_ids.shape[-1]
         for seq, value in self.sequence_bias.items():
             last = seq[-1]
-            if last >= scores.shape[-1] or len(seq) > max(seq_len, 1):
-                continue  # a sequence longer than the text so far cannot be completed yet
+            if last >= scores.shape[-1] or len(seq) - 1 > seq_len:
+                continue  # a prefix longer than the text so far cannot match yet
             if len(seq) == 1:
                 bias[:, last] += value
                 continue

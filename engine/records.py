@@ -30,6 +30,20 @@ class Candidate:
     raw_prob: float  # softmax of the model's logits, temperature 1, no filters
     prob: float  # after the whole sampler chain; 0.0 when a filter cut the token
     cut_by: str = ""  # the stage that removed the token ("top-p 0.90"), "" when kept
+    # A penalty (repetition, frequency/presence, DRY, logit bias) changed this token's score:
+    # its label, and the probability just before the first penalty and just after the last.
+    penalised_by: str = ""
+    before_p: float | None = None
+    after_p: float | None = None
+
+
+@dataclass(frozen=True)
+class StageNote:
+    """What one stage of the sampler did at a step ("mu 4.82: kept 31", "XTC removed 2 top
+    tokens: ' the', ' a'", "dynamic temperature 0.73")."""
+
+    stage: str  # the stage's label
+    text: str
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,8 @@ class Step:
     is_eos: bool = False
     source: str = "sample"  # "sample", "greedy", "forced", "draft", "target", "beam"
     prefill: bool = False  # step_time includes reading the prompt (or catching up after undo)
+    stage_notes: tuple[StageNote, ...] = ()  # what the sampler's stages did at this step
+    mu: float | None = None  # mirostat's running target surprise after this step (bits)
 
 
 # Memory bound for long runs: the newest KEEP_FULL steps keep every candidate, older ones their
