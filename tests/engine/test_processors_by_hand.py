@@ -212,17 +212,17 @@ def test_preset_orders_hold_every_stage_once():
     for order in (TRANSFORMERS_ORDER, LLAMA_CPP_ORDER):
         assert sorted(order) == sorted(STAGE_NAMES)
     # llama.cpp's default chain, as listed in common/common.h
-    llama = [n for n in LLAMA_CPP_ORDER if n in ("dry", "top_n_sigma", "top_k", "typical_p",
-                                                 "top_p", "min_p", "xtc", "temperature")]  # fmt: skip
-    assert llama == ["dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc",
-                     "temperature"]  # fmt: skip
-    hf = [n for n in TRANSFORMERS_ORDER if n in ("logit_bias", "repetition_penalty",
-          "no_repeat_ngram_size", "banned_strings", "min_new_tokens", "suppress_tokens",
-          "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff",
-          "eta_cutoff")]  # fmt: skip
-    assert hf == ["logit_bias", "repetition_penalty", "no_repeat_ngram_size", "banned_strings",
-                  "min_new_tokens", "suppress_tokens", "temperature", "top_k", "top_p", "min_p",
-                  "typical_p", "epsilon_cutoff", "eta_cutoff"]  # fmt: skip
+    llama_cpp = ("dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature")
+    assert tuple(n for n in LLAMA_CPP_ORDER if n in llama_cpp) == llama_cpp
+    assert LLAMA_CPP_ORDER.index("logit_bias") < LLAMA_CPP_ORDER.index("repetition_penalty")
+    assert LLAMA_CPP_ORDER[-2:] == ("temperature", "mirostat")
+    # transformers' _get_logits_processor, in order
+    transformers = (
+        "logit_bias", "repetition_penalty", "no_repeat_ngram_size", "banned_strings",
+        "min_new_tokens", "suppress_tokens", "temperature", "top_k", "top_p", "min_p",
+        "typical_p", "epsilon_cutoff", "eta_cutoff",
+    )  # fmt: skip
+    assert tuple(n for n in TRANSFORMERS_ORDER if n in transformers) == transformers
 
 
 def test_user_stage_order_changes_the_result():
