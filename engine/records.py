@@ -13,11 +13,15 @@ from typing import Any
 
 # The ways a run picks its tokens: one set of names for the engine, the window, the lessons.
 SAMPLING, BEAM, SPEC_NGRAM, SPEC_DRAFT = "sampling", "beam", "spec_ngram", "spec_draft"
+SAMPLED_BEAM, GROUP_BEAM, CONTRASTIVE = "sampled_beam", "group_beam", "contrastive"
 RUN_METHODS = {
     SAMPLING: "Sampling, token by token",
     BEAM: "Beam search",
     SPEC_NGRAM: "Speculative: n-gram drafts",
     SPEC_DRAFT: "Speculative: draft model",
+    SAMPLED_BEAM: "Beam search, sampled",
+    GROUP_BEAM: "Diverse (group) beam search",
+    CONTRASTIVE: "Contrastive search",
 }
 
 
