@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.beam import BeamSession
+from engine.beam import BeamSession, _Beams
 from engine.device import model_device
 from engine.measure import measure
 from engine.processors import (
@@ -40,6 +40,7 @@ from engine.processors import (
     EtaCutoff,
     LogitsProcessor,
     MinP,
+    SequenceBias,
     TopK,
     TopP,
     TypicalP,
@@ -47,12 +48,15 @@ from engine.processors import (
 )
 from engine.records import (
     CONTRASTIVE,
+    GROUP_BEAM,
     KEEP_FULL,
     PRUNED,
     RUNNING,
     SAMPLED_BEAM,
     BeamEvent,
+    BeamHypothesis,
     BeamNode,
+    BeamResult,
     StageNote,
 )
 from engine.session import Record, SessionBase
@@ -264,3 +268,162 @@ def _with_note(step: Any, note: StageNote) -> Any:
     from dataclasses import replace
 
     return replace(step, stage_notes=(*step.stage_notes, note))
+
+
+class HammingDiversity(LogitsProcessor):
+    """transformers' ``HammingDiversityLogitsProcessor`` for one group: subtract
+    ``penalty × count`` where ``count[v]`` is how many beams of the earlier groups chose v at
+    this step (``counts``, set before each group)."""
+
+    def __init__(self, penalty: float) -> None:
+        if not (isinstance(penalty, (int, float)) and penalty >= 0):
+            raise ValueError(f"diversity_penalty must be >= 0, got {penalty!r}")
+        self.penalty = float(penalty)
+        self.counts: torch.Tensor | None = None  # [vocab]
+
+    @property
+    def label(self) -> str:
+        return f"diversity {self.penalty:g}"
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.counts is None or self.penalty == 0:
+            return scores.clone()
+        return scores - self.penalty * self.counts.to(scores.dtype)
+
+
+class GroupBeamSession(BeamSession):
+    """Diverse beam search: ``num_beams`` beams in ``num_beam_groups`` groups, one forward pass
+    for all of them per step; each group is a beam search of ``num_beams / num_beam_groups``
+    beams (transformers' rules, ``BeamSession``) whose scores lose the Hamming diversity
+    penalty for the tokens earlier groups chose at this step. The diversity stage sits after
+    the logit bias and before the other penalties, as in transformers' processor list. A
+    group that is done stops (transformers pads it and counts the pad token for later groups;
+    here it counts nothing). The shown beam is the best running one over all groups."""
+
+    method = GROUP_BEAM
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        prompt_ids: Sequence[int],
+        settings: SamplerSettings = DEFAULT_SETTINGS,
+        *,
+        num_beams: int = 4,
+        num_beam_groups: int = 2,
+        diversity_penalty: float = 0.5,
+        **kwargs: Any,
+    ) -> None:
+        if not (isinstance(num_beam_groups, int) and num_beam_groups >= 1):
+            raise ValueError(f"num_beam_groups must be an integer >= 1, got {num_beam_groups!r}")
+        if num_beams % num_beam_groups:
+            raise ValueError(
+                f"num_beams ({num_beams}) must be a multiple of num_beam_groups ({num_beam_groups})"
+            )
+        self.diversity = HammingDiversity(diversity_penalty)
+        super().__init__(model, prompt_ids, settings, num_beams=num_beams, **kwargs)
+        self.groups = num_beam_groups
+        self.total_beams = num_beams
+        self.group_size = num_beams // num_beam_groups
+
+    def _chain_for(self, settings: SamplerSettings) -> Chain:
+        stages = super()._chain_for(settings).stages
+        at = 1 if stages and type(stages[0]) is SequenceBias else 0
+        return Chain([*stages[:at], self.diversity, *stages[at:]], greedy=True)
+
+    @torch.inference_mode()
+    def _steps(self, budget: int) -> Iterator[list[Record]]:
+        started = time.perf_counter()
+        max_length = len(self.ids) + budget
+        if self.max_context is not None:
+            max_length = min(max_length, self.max_context)
+        tick = time.perf_counter()
+        logits, cache, extra = self._start()  # [N, vocab] for all beams
+        gs, vocab = self.group_size, logits.shape[-1]
+        self.num_beams = gs  # the inherited bookkeeping works on one group at a time
+        groups = [_Beams(self.ids, gs, max_length, self.device) for _ in range(self.groups)]
+        done = [False] * self.groups
+        next_id = 1
+        while True:
+            counts = torch.zeros(vocab, device=self.device)
+            nodes: list[BeamNode] = []
+            rows = list(range(self.total_beams))  # the cache row each beam continues from
+            measured: list[tuple[torch.Tensor, ...]] = []
+            for g, b in enumerate(groups):
+                if done[g]:
+                    continue
+                b.next_id, b.depth = next_id, b.depth + 1
+                self.diversity.counts = counts if g > 0 else None
+                base = g * gs
+                cands = self._candidates(
+                    logits[base : base + gs], b.seqs, b.scores, b.cur_len + 1 >= max_length
+                )
+                statuses, final_scores = self._finish(b, cands)
+                top_scores, src, tok, hits, token_logp = cands
+                masked = torch.tensor(top_scores) + torch.tensor(hits, dtype=torch.float) * -1e9
+                order = torch.topk(masked, gs).indices.tolist()
+                for j in order:
+                    if not hits[j]:
+                        statuses[j] = RUNNING
+                group_nodes = [
+                    BeamNode(
+                        node_id=next_id + j,
+                        parent=b.nodes[src[j]],
+                        token_id=tok[j],
+                        text=self.text_track.show(tok[j]),
+                        logprob=token_logp[j],
+                        score=top_scores[j],
+                        depth=b.depth,
+                        status=statuses[j],
+                        final_score=final_scores[j],
+                    )  # fmt: skip
+                    for j in range(len(tok))
+                ]
+                nodes += group_nodes
+                lg, pr, cut, src_t, tok_t = self._last
+                measured.append((lg[src_t], pr[src_t], cut[src_t], tok_t))
+                b.scores = masked[order].to(self.device)
+                b.seqs = [b.seqs[src[j]] + [tok[j]] for j in order]
+                b.nodes = [next_id + j for j in order]
+                next_id += len(tok)
+                b.next_id = next_id
+                for i, j in enumerate(order):
+                    rows[base + i] = base + src[j]
+                chosen = torch.tensor([tok[j] for j in order], device=self.device)
+                counts = counts + torch.bincount(chosen, minlength=vocab).to(counts.dtype)
+                b.cur_len += 1
+                done[g] = self._done(b, float(masked[order[0]])) or all(hits)
+            cache.reorder_cache(torch.tensor(rows, device=self.device))
+            self.nodes.update((node.node_id, node) for node in nodes)
+            finished = sorted((h for b in groups for h in b.finished), key=lambda h: -h[0])
+            live = tuple(node for g, b in enumerate(groups) if not done[g] for node in b.nodes)
+            event = BeamEvent(max(b.depth for b in groups), tuple(nodes), live,
+                              tuple(h[2] for h in finished))  # fmt: skip
+            self._last = (
+                torch.cat([m[0] for m in measured]), torch.cat([m[1] for m in measured]),
+                torch.cat([m[2] for m in measured]), torch.arange(len(nodes)),
+                torch.cat([m[3] for m in measured]),
+            )  # fmt: skip
+            self._measure_nodes(nodes, time.perf_counter() - tick)
+            if all(done):
+                hyps = tuple(
+                    BeamHypothesis(tuple(seq[groups[0].prompt_len :]), score, node)
+                    for score, seq, node in finished
+                )
+                seconds = time.perf_counter() - started
+                depth = max(b.depth for b in groups)
+                self.result = BeamResult(hyps, depth, self.forward_passes, seconds)
+                self.finished = True
+                self.stop_reason = self.stop_reason or "max_new_tokens"
+                yield [event, *self._show_path(self.result.best.node_id), self.result]
+                return
+            best = max(
+                (g for g in range(self.groups) if not done[g]),
+                key=lambda g: float(groups[g].scores[0]),
+            )
+            yield [event, *self._show_path(groups[best].nodes[0])]
+            tick = time.perf_counter()
+            last = torch.tensor(
+                [groups[i // gs].seqs[i % gs][-1] for i in range(self.total_beams)],
+                device=self.device,
+            )
+            logits, cache = self._forward(last, cache, extra)

@@ -100,3 +100,100 @@ def test_contrastive_alpha_zero_is_greedy():
         pad_token_id=0,
     )[0, len(PROMPT):].tolist()  # fmt: skip
     assert session.generated_ids == greedy
+
+
+# -- diverse (group) beam search -------------------------------------------------------------
+
+
+def group_beam_by_hand(model, prompt, n, groups, penalty, max_new, eos):
+    """Diverse beam search written plainly: a full forward pass per beam, transformers'
+    per-group BeamSearchScorer rules (length penalty 1, early_stopping False)."""
+    gs = n // groups
+    beams = [[(0.0 if i == 0 else -1e9, list(prompt)) for i in range(gs)] for _ in range(groups)]
+    hyps = [[] for _ in range(groups)]  # (score, seq)
+    done = [False] * groups
+    for step in range(max_new):
+        counts = torch.zeros(model.config.vocab_size)
+        last_step = step == max_new - 1
+        for g in range(groups):
+            if done[g]:
+                continue
+            cands = []
+            for score, seq in beams[g]:
+                logp = model(torch.tensor([seq])).logits[0, -1].float().log_softmax(-1)
+                logp = logp - penalty * counts
+                cands += [(score + lp, seq, t) for t, lp in enumerate(logp.tolist())]
+            cands.sort(key=lambda c: -c[0])
+            cands = cands[: max(2, 1 + len(eos)) * gs]
+            nxt = []
+            for rank, (score, seq, t) in enumerate(cands):
+                if t in eos or last_step:
+                    if rank < gs:
+                        gen = len(seq) + 1 - len(prompt)
+                        hyps[g].append((score / gen, seq + [t]))
+                        hyps[g] = sorted(hyps[g], key=lambda h: -h[0])[:gs]
+                    continue
+                if len(nxt) < gs:
+                    nxt.append((score, seq + [t]))
+            beams[g] = nxt
+            for _, seq in nxt:
+                counts[seq[-1]] += 1
+            gen = len(nxt[0][1]) - len(prompt) if nxt else 1
+            if last_step or (len(hyps[g]) == gs and hyps[g][-1][0] >= nxt[0][0] / gen):
+                done[g] = True
+        if all(done):
+            break
+    best = max((h for group in hyps for h in group), key=lambda h: h[0])
+    return best[1][len(prompt) :]
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("n, groups, penalty", [(4, 2, 0.5), (6, 3, 1.5), (4, 4, 3.0)])
+@torch.no_grad()
+def test_group_beam_equals_the_rule(name, n, groups, penalty):
+    from engine.search import GroupBeamSession
+
+    model = FACTORIES[name]()
+    for eos in ([], [34, 52]):
+        session = GroupBeamSession(
+            model, PROMPT, SamplerSettings(max_new_tokens=8), num_beams=n,
+            num_beam_groups=groups, diversity_penalty=penalty, eos_token_ids=eos,
+        )  # fmt: skip
+        records = list(session.stream())
+        ref = group_beam_by_hand(model, PROMPT, n, groups, penalty, 8, eos)
+        assert session.result.token_ids == ref, (eos, session.result.token_ids, ref)
+        assert [s.token_id for s in session.history] == session.result.token_ids
+        events = [r for r in records if isinstance(r, BeamEvent)]
+        assert events and all(len({nd.node_id for nd in e.nodes}) == len(e.nodes) for e in events)
+
+
+@torch.no_grad()
+def test_group_beam_without_penalty_or_with_one_group_is_beam_search():
+    from engine.beam import beam_search
+    from engine.search import GroupBeamSession
+
+    model = FACTORIES["llama"]()
+    for n, groups, penalty, plain in ((4, 1, 2.0, 4), (6, 3, 0.0, 2)):
+        s = GroupBeamSession(
+            model, PROMPT, SamplerSettings(max_new_tokens=9), num_beams=n,
+            num_beam_groups=groups, diversity_penalty=penalty, eos_token_ids=[],
+        )  # fmt: skip
+        ref = beam_search(model, PROMPT, num_beams=plain, max_new_tokens=9, eos_token_ids=[])
+        assert s.run().token_ids == ref.token_ids
+
+
+def test_group_beam_penalty_makes_groups_differ():
+    from engine.search import GroupBeamSession
+
+    model = FACTORIES["llama"]()
+    firsts = {}
+    for penalty in (0.0, 50.0):
+        s = GroupBeamSession(
+            model, PROMPT, SamplerSettings(max_new_tokens=3), num_beams=4, num_beam_groups=4,
+            diversity_penalty=penalty, eos_token_ids=[],
+        )  # fmt: skip
+        records = list(s.stream())
+        first = next(r for r in records if isinstance(r, BeamEvent))
+        firsts[penalty] = [nd.token_id for nd in first.nodes if nd.status == RUNNING]
+    assert len(set(firsts[0.0])) == 1  # four identical groups pick the same first token
+    assert len(set(firsts[50.0])) == 4  # a large penalty: every group a different one
