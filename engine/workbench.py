@@ -17,8 +17,11 @@ from typing import Any
 from engine.models import ModelBundle
 from engine.records import (
     BEAM,
+    CONTRASTIVE,
+    GROUP_BEAM,
     KEEP_FULL,
     RUN_METHODS,
+    SAMPLED_BEAM,
     SAMPLING,
     SPEC_DRAFT,
     SPEC_NGRAM,
@@ -46,6 +49,13 @@ class RunRequest:
     limit: int | None = None  # tokens for this run; None: settings.max_new_tokens
     fast: bool = True  # the lean decode path where the model supports it
     keep_candidates: int | None = KEEP_FULL
+    penalty_alpha: float = 0.6  # contrastive search
+    contrastive_k: int = 4
+    num_beam_groups: int = 2  # diverse beam search
+    diversity_penalty: float = 0.5
+
+
+BEAMS = (BEAM, SAMPLED_BEAM, GROUP_BEAM)  # searches that cannot take settings mid-run
 
 
 def live(session: Any, records: Iterator[Any], settings: bool = True) -> Action:
@@ -110,7 +120,9 @@ class Workbench:
         session = self._make_session(bundle, ids, request)
         self.session = session
         yield RunStarted(request.method, request.prompt, len(ids), request.settings.to_dict())
-        yield from live(session, session.stream(request.limit), settings=request.method != BEAM)
+        yield from live(
+            session, session.stream(request.limit), settings=request.method not in BEAMS
+        )
         yield self._choices()
 
     def step(self, request: RunRequest) -> Action:
@@ -125,7 +137,7 @@ class Workbench:
         session = self._session()
         if session.finished:
             raise ValueError("The run has ended: click a token to branch, or Generate again.")
-        if session.method == BEAM:
+        if session.method in BEAMS:
             raise ValueError("A beam search cannot be continued: Generate again.")
         session.settings = settings
         yield from live(session, session.stream(limit))
@@ -194,6 +206,23 @@ class Workbench:
             from engine.beam import BeamSession
 
             return BeamSession(bundle.model, ids, settings, num_beams=request.num_beams, **common)
+        if request.method in (SAMPLED_BEAM, GROUP_BEAM, CONTRASTIVE):
+            from engine.search import ContrastiveSession, GroupBeamSession, SampledBeamSession
+
+            if request.method == SAMPLED_BEAM:
+                return SampledBeamSession(
+                    bundle.model, ids, settings, num_beams=request.num_beams, **common
+                )
+            if request.method == GROUP_BEAM:
+                return GroupBeamSession(
+                    bundle.model, ids, settings, num_beams=request.num_beams,
+                    num_beam_groups=request.num_beam_groups,
+                    diversity_penalty=request.diversity_penalty, **common,
+                )  # fmt: skip
+            return ContrastiveSession(
+                bundle.model, ids, settings, penalty_alpha=request.penalty_alpha,
+                top_k=request.contrastive_k, **common,
+            )  # fmt: skip
         if request.method in (SPEC_NGRAM, SPEC_DRAFT):
             from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession
 
