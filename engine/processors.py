@@ -35,11 +35,15 @@ import torch
 import torch.nn.functional as F
 
 from engine.checks import check_setting
-from engine.settings import (
+from engine.settings import (  # noqa: F401 - the orders are part of this module's API
+    LLAMA_CPP_ORDER,
+    ORDER_OF,
     ORDER_TEMPERATURE_FIRST,
     ORDER_TEMPERATURE_LAST,
     STAGE_NAMES,
+    TRANSFORMERS_ORDER,
     SamplerSettings,
+    stage_order,
 )
 
 NEG_INF = float("-inf")
@@ -1006,39 +1010,6 @@ PENALTIES = (
     "logit_bias", "repetition_penalty", "frequency_presence", "dry", "no_repeat_ngram_size",
     "banned_strings", "min_new_tokens", "suppress_tokens",
 )  # fmt: skip
-
-# transformers' order, from transformers/generation/utils.py ``_get_logits_processor`` (5.x):
-# sequence_bias, repetition_penalty, no_repeat_ngram_size, bad_words_ids, min_new_tokens,
-# suppress_tokens; then, when sampling: temperature, top_k, top_p, min_p, typical_p,
-# epsilon_cutoff, eta_cutoff. Stages transformers lacks sit where their kin sit (frequency /
-# presence and DRY with the penalties, smoothing with temperature, the other filters after the
-# last of its filters, mirostat last, where it picks the token).
-TRANSFORMERS_ORDER = (
-    "logit_bias", "repetition_penalty", "frequency_presence", "dry", "no_repeat_ngram_size",
-    "banned_strings", "min_new_tokens", "suppress_tokens", "temperature", "smoothing_factor",
-    "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_n_sigma",
-    "top_a", "xtc", "mirostat",
-)  # fmt: skip
-# llama.cpp's default chain, from common/common.h ``common_params_sampling::samplers`` and
-# common/sampling.cpp ``common_sampler_init``: logit_bias first, then penalties (repeat,
-# frequency, presence over penalty_last_n), dry, top_n_sigma, top_k, typical_p, top_p, min_p,
-# xtc, temperature (temp_ext: dynamic temperature); with mirostat on, temperature then mirostat.
-# Stages llama.cpp lacks follow their kin (bans with the penalties; epsilon, eta, top-a after
-# min-p; smoothing just before temperature).
-LLAMA_CPP_ORDER = (
-    "logit_bias", "repetition_penalty", "frequency_presence", "dry", "no_repeat_ngram_size",
-    "banned_strings", "min_new_tokens", "suppress_tokens", "top_n_sigma", "top_k", "typical_p",
-    "top_p", "min_p", "epsilon_cutoff", "eta_cutoff", "top_a", "xtc", "smoothing_factor",
-    "temperature", "mirostat",
-)  # fmt: skip
-ORDER_OF = {ORDER_TEMPERATURE_FIRST: TRANSFORMERS_ORDER, ORDER_TEMPERATURE_LAST: LLAMA_CPP_ORDER}
-
-
-def stage_order(settings: SamplerSettings) -> tuple[str, ...]:
-    """The user's order (``settings.stage_order``), the stages it leaves out following in the
-    preset's order; the preset alone when it is empty."""
-    preset = ORDER_OF[settings.order]
-    return (*settings.stage_order, *(n for n in preset if n not in settings.stage_order))
 
 
 class Chain:

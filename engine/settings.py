@@ -15,7 +15,7 @@ ORDER_TRANSFORMERS, ORDER_LLAMA_CPP = ORDER_TEMPERATURE_FIRST, ORDER_TEMPERATURE
 ORDERS = (ORDER_TEMPERATURE_FIRST, ORDER_TEMPERATURE_LAST)
 
 # Every stage a chain can hold, by the settings name that switches it on. The order presets
-# live in engine.processors.ORDER_OF (with their sources); ``stage_order`` may list any of these.
+# are below (ORDER_OF, with their sources); ``stage_order`` may list any of these.
 STAGE_NAMES = (
     "logit_bias", "repetition_penalty", "frequency_presence", "dry", "no_repeat_ngram_size",
     "banned_strings", "min_new_tokens", "suppress_tokens", "top_n_sigma", "smoothing_factor",
@@ -116,6 +116,40 @@ def _bias(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
         raise ValueError(f"a logit bias must be a number (-inf bans), got {v!r}")
     return float(v)
+
+
+# transformers' order, from transformers/generation/utils.py ``_get_logits_processor`` (5.x):
+# sequence_bias, repetition_penalty, no_repeat_ngram_size, bad_words_ids, min_new_tokens,
+# suppress_tokens; then, when sampling: temperature, top_k, top_p, min_p, typical_p,
+# epsilon_cutoff, eta_cutoff. Stages transformers lacks sit where their kin sit (frequency /
+# presence and DRY with the penalties, smoothing with temperature, the other filters after the
+# last of its filters, mirostat last, where it picks the token).
+TRANSFORMERS_ORDER = (
+    "logit_bias", "repetition_penalty", "frequency_presence", "dry", "no_repeat_ngram_size",
+    "banned_strings", "min_new_tokens", "suppress_tokens", "temperature", "smoothing_factor",
+    "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_n_sigma",
+    "top_a", "xtc", "mirostat",
+)  # fmt: skip
+# llama.cpp's default chain, from common/common.h ``common_params_sampling::samplers`` and
+# common/sampling.cpp ``common_sampler_init``: logit_bias first, then penalties (repeat,
+# frequency, presence over penalty_last_n), dry, top_n_sigma, top_k, typical_p, top_p, min_p,
+# xtc, temperature (temp_ext: dynamic temperature); with mirostat on, temperature then mirostat.
+# Stages llama.cpp lacks follow their kin (bans with the penalties; epsilon, eta, top-a after
+# min-p; smoothing just before temperature).
+LLAMA_CPP_ORDER = (
+    "logit_bias", "repetition_penalty", "frequency_presence", "dry", "no_repeat_ngram_size",
+    "banned_strings", "min_new_tokens", "suppress_tokens", "top_n_sigma", "top_k", "typical_p",
+    "top_p", "min_p", "epsilon_cutoff", "eta_cutoff", "top_a", "xtc", "smoothing_factor",
+    "temperature", "mirostat",
+)  # fmt: skip
+ORDER_OF = {ORDER_TEMPERATURE_FIRST: TRANSFORMERS_ORDER, ORDER_TEMPERATURE_LAST: LLAMA_CPP_ORDER}
+
+
+def stage_order(settings: SamplerSettings) -> tuple[str, ...]:
+    """The user's order (``settings.stage_order``), the stages it leaves out following in the
+    preset's order; the preset alone when it is empty."""
+    preset = ORDER_OF[settings.order]
+    return (*settings.stage_order, *(n for n in preset if n not in settings.stage_order))
 
 
 # The one place presets live. The GUI adds user-saved presets on top of these.
