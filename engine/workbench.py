@@ -196,47 +196,54 @@ class Workbench:
         return ChoiceHistory(can_undo=undo, can_redo=redo)
 
     def _make_session(self, bundle: ModelBundle, ids: list[int], request: RunRequest) -> Any:
-        settings = request.settings
-        common: dict[str, Any] = dict(
-            tokenizer=bundle.tokenizer, eos_token_ids=bundle.eos_token_ids,
-            top_n=request.top_n, max_context=bundle.context_length,
-            keep_candidates=request.keep_candidates,
+        return make_session(bundle, ids, request, self.draft)
+
+
+def make_session(
+    bundle: ModelBundle, ids: list[int], request: RunRequest, draft: ModelBundle | None = None
+) -> Any:
+    """The session of ``request.method`` on the tokenised prompt ``ids``."""
+    settings = request.settings
+    common: dict[str, Any] = dict(
+        tokenizer=bundle.tokenizer, eos_token_ids=bundle.eos_token_ids,
+        top_n=request.top_n, max_context=bundle.context_length,
+        keep_candidates=request.keep_candidates,
+    )  # fmt: skip
+    if request.method == BEAM:
+        from engine.beam import BeamSession
+
+        return BeamSession(bundle.model, ids, settings, num_beams=request.num_beams, **common)
+    if request.method in (SAMPLED_BEAM, GROUP_BEAM, CONTRASTIVE):
+        from engine.search import ContrastiveSession, GroupBeamSession, SampledBeamSession
+
+        if request.method == SAMPLED_BEAM:
+            return SampledBeamSession(
+                bundle.model, ids, settings, num_beams=request.num_beams, **common
+            )
+        if request.method == GROUP_BEAM:
+            return GroupBeamSession(
+                bundle.model, ids, settings, num_beams=request.num_beams,
+                num_beam_groups=request.num_beam_groups,
+                diversity_penalty=request.diversity_penalty, **common,
+            )  # fmt: skip
+        return ContrastiveSession(
+            bundle.model, ids, settings, penalty_alpha=request.penalty_alpha,
+            top_k=request.contrastive_k, **common,
         )  # fmt: skip
-        if request.method == BEAM:
-            from engine.beam import BeamSession
+    if request.method in (SPEC_NGRAM, SPEC_DRAFT):
+        from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession
 
-            return BeamSession(bundle.model, ids, settings, num_beams=request.num_beams, **common)
-        if request.method in (SAMPLED_BEAM, GROUP_BEAM, CONTRASTIVE):
-            from engine.search import ContrastiveSession, GroupBeamSession, SampledBeamSession
+        if request.method == SPEC_DRAFT:
+            if draft is None:
+                raise ValueError("Load a draft model first (Method panel, Draft model: Load…).")
+            enc = ids if draft.is_encoder_decoder else None
+            drafter: Any = ModelDrafter(draft.model, enc, fast=request.fast)
+        else:
+            drafter = NGramDrafter()
+        return SpeculativeSession(
+            bundle.model, ids, drafter, settings, gamma=request.gamma, seed=settings.seed,
+            fast=request.fast, **common,
+        )  # fmt: skip
+    from engine.session import GenerationSession
 
-            if request.method == SAMPLED_BEAM:
-                return SampledBeamSession(
-                    bundle.model, ids, settings, num_beams=request.num_beams, **common
-                )
-            if request.method == GROUP_BEAM:
-                return GroupBeamSession(
-                    bundle.model, ids, settings, num_beams=request.num_beams,
-                    num_beam_groups=request.num_beam_groups,
-                    diversity_penalty=request.diversity_penalty, **common,
-                )  # fmt: skip
-            return ContrastiveSession(
-                bundle.model, ids, settings, penalty_alpha=request.penalty_alpha,
-                top_k=request.contrastive_k, **common,
-            )  # fmt: skip
-        if request.method in (SPEC_NGRAM, SPEC_DRAFT):
-            from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession
-
-            if request.method == SPEC_DRAFT:
-                if self.draft is None:
-                    raise ValueError("Load a draft model first (Method panel, Draft model: Load…).")
-                enc = ids if self.draft.is_encoder_decoder else None
-                drafter: Any = ModelDrafter(self.draft.model, enc, fast=request.fast)
-            else:
-                drafter = NGramDrafter()
-            return SpeculativeSession(
-                bundle.model, ids, drafter, settings, gamma=request.gamma, seed=settings.seed,
-                fast=request.fast, **common,
-            )  # fmt: skip
-        from engine.session import GenerationSession
-
-        return GenerationSession(bundle.model, ids, settings, fast=request.fast, **common)
+    return GenerationSession(bundle.model, ids, settings, fast=request.fast, **common)
