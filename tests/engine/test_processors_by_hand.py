@@ -263,3 +263,32 @@ def test_settings_round_trip_through_json_lists():
 
     back = SamplerSettings.from_dict(json.loads(json.dumps(s.to_dict())))
     assert back == s
+
+
+@pytest.mark.parametrize(
+    "field, make, bad",
+    [
+        ("frequency_penalty", lambda v: FrequencyPresencePenalty(v, 0.0), float("nan")),
+        ("penalty_last_n", lambda v: FrequencyPresencePenalty(0.5, 0.0, v), -1),
+        ("dry_multiplier", lambda v: DRY(v), -0.1),
+        ("dry_base", lambda v: DRY(1.0, v), 0.5),
+        ("dry_allowed_length", lambda v: DRY(1.0, 1.75, v), 0),
+        ("top_n_sigma", TopNSigma, -1.0),
+        ("top_a", TopA, -0.5),
+        ("xtc_threshold", lambda v: XTC(v, 0.5), 1.5),
+        ("xtc_probability", lambda v: XTC(0.1, v), -0.1),
+        ("dynatemp_range", lambda v: DynamicTemperature(1.0, v), -1.0),
+        ("dynatemp_exponent", lambda v: DynamicTemperature(1.0, 0.5, v), 0.0),
+        ("smoothing_factor", Smoothing, -1.0),
+        ("smoothing_curve", lambda v: Smoothing(1.0, v), 4.0),
+        ("mirostat_tau", lambda v: Mirostat(2, v), -1.0),
+        ("mirostat_eta", lambda v: Mirostat(2, 5.0, v), float("inf")),
+    ],
+)
+def test_new_stages_and_settings_refuse_the_same_values(field, make, bad):
+    with pytest.raises(ValueError) as from_stage:
+        make(bad)
+    with pytest.raises(ValueError) as from_settings:
+        SamplerSettings(**{field: bad})
+    assert str(from_settings.value) == str(from_stage.value)
+    assert field in str(from_settings.value)
