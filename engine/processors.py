@@ -807,13 +807,16 @@ class Mirostat(LogitsProcessor):
         return k.floor().long()  # [batch, 1]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.version == 2:
+            # Cutting the sorted list at the first surprise > mu is a threshold on p: no sort.
+            surprise = -scores.float().log_softmax(-1) / math.log(2)
+            remove = surprise > self.mu
+            top = scores.argmax(-1, keepdim=True)
+            return scores.masked_fill(remove.scatter(-1, top, False), NEG_INF)
         sorted_scores, order = torch.sort(scores, dim=-1, descending=True, stable=True)
         sorted_p = sorted_scores.float().softmax(-1)
         rank = torch.arange(scores.shape[-1], device=scores.device)
-        if self.version == 2:
-            remove_sorted = -torch.log2(sorted_p) > self.mu
-        else:
-            remove_sorted = rank >= self._k(sorted_p, scores.shape[-1])
+        remove_sorted = rank >= self._k(sorted_p, scores.shape[-1])
         remove_sorted[..., 0] = False
         remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
         return scores.masked_fill(remove, NEG_INF)
