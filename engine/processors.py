@@ -439,7 +439,10 @@ class SequenceBias(LogitsProcessor):
                 len(seq) > 0 and all(isinstance(t, int) and t >= 0 for t in seq),
                 f"sequence_bias keys must be non-empty tuples of token ids >= 0, got {seq!r}",
             )
-            _check(isinstance(bias, (int, float)) and bias == bias, f"bad bias {bias!r}")
+            _check(
+                isinstance(bias, (int, float)) and bias == bias and bias != float("inf"),
+                f"a bias must be a number below +inf (-inf bans), got {bias!r}",
+            )
         self.sequence_bias = {tuple(k): float(v) for k, v in sequence_bias.items()}
 
     @property

@@ -113,8 +113,8 @@ def _token_id(x: Any) -> int:
 
 
 def _bias(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-        raise ValueError(f"a logit bias must be a number (-inf bans), got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v == float("inf"):
+        raise ValueError(f"a logit bias must be a number below +inf (-inf bans), got {v!r}")
     return float(v)
 
 

@@ -292,3 +292,14 @@ def test_new_stages_and_settings_refuse_the_same_values(field, make, bad):
         SamplerSettings(**{field: bad})
     assert str(from_settings.value) == str(from_stage.value)
     assert field in str(from_settings.value)
+
+
+def test_bias_refuses_nan_and_plus_infinity():
+    from engine.processors import SequenceBias
+
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            SequenceBias({(3,): bad})
+        with pytest.raises(ValueError):
+            SamplerSettings(logit_bias=(("a", bad),))
+    SamplerSettings(logit_bias=(("a", -INF),))  # -inf bans, and is fine
