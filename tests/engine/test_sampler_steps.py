@@ -80,3 +80,20 @@ def test_plain_runs_carry_no_notes():
     _, steps = run(SamplerSettings(temperature=0.7, top_k=20), n=3)
     assert all(s.stage_notes == () and s.mu is None for s in steps)
     assert all(c.before_p is None for s in steps for c in s.candidates)
+
+
+def test_notes_and_penalties_survive_export_and_autosave():
+    import json
+
+    from engine.export import step_to_dict, steps_from_dict
+
+    settings = SamplerSettings(
+        dry_multiplier=2.0, frequency_penalty=0.5, xtc_threshold=0.01, xtc_probability=0.7,
+        mirostat=2, mirostat_tau=3.0,
+    )  # fmt: skip
+    _, steps = run(settings, n=6, top_n=384)
+    assert any(s.stage_notes for s in steps) and any(
+        c.penalised_by for s in steps for c in s.candidates
+    )
+    data = json.loads(json.dumps({"steps": [step_to_dict(s) for s in steps]}))
+    assert steps_from_dict(data) == steps
