@@ -60,15 +60,16 @@ def measure(
     if finite is None:
         finite = torch.isfinite(logits).all(dim=-1)
     top_cut = cut.gather(1, top_ids) if cut is not None else torch.full_like(top_ids, -1)
-    # float64 keeps token ids exact; entropy of a one-hot row is -0.0, hence the clamp
+    # float64 keeps token ids exact; entropy of a one-hot row is -0.0: clamp_min keeps -0.0,
+    # adding 0.0 makes it 0.0 (the window printed "-0.00 bits")
     columns = [
         tok,
         chosen_raw,
         probs.gather(1, tok),
         (raw > chosen_raw).sum(1, keepdim=True) + 1,
         (probs > 0).sum(1, keepdim=True),
-        (-torch.xlogy(raw, raw).sum(1, keepdim=True) / LN2).clamp_min(0),
-        (-torch.xlogy(probs, probs).sum(1, keepdim=True) / LN2).clamp_min(0),
+        (-torch.xlogy(raw, raw).sum(1, keepdim=True) / LN2).clamp_min(0) + 0.0,
+        (-torch.xlogy(probs, probs).sum(1, keepdim=True) / LN2).clamp_min(0) + 0.0,
         finite.reshape(rows, 1),
         top_ids,
         top_raw,

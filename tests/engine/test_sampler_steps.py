@@ -97,3 +97,10 @@ def test_notes_and_penalties_survive_export_and_autosave():
     )
     data = json.loads(json.dumps({"steps": [step_to_dict(s) for s in steps]}))
     assert steps_from_dict(data) == steps
+
+
+def test_greedy_entropy_is_plus_zero():
+    import math
+
+    _, steps = run(SamplerSettings(temperature=0.0), n=2)
+    assert all(s.entropy == 0.0 and math.copysign(1.0, s.entropy) == 1.0 for s in steps)
