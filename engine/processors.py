@@ -505,9 +505,9 @@ class SuppressTokens(LogitsProcessor):
         return f"suppressed ({len(self.token_ids)})"
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        ids = torch.tensor(self.token_ids, dtype=torch.long, device=scores.device)
-        mask = torch.isin(torch.arange(scores.shape[-1], device=scores.device), ids)
-        return scores.masked_fill(mask, NEG_INF)
+        out = scores.clone()
+        out[..., [t for t in self.token_ids if t < scores.shape[-1]]] = NEG_INF
+        return out
 
 
 # --------------------------------------------------------------------------------------------
