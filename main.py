@@ -44,6 +44,26 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--max-new-tokens", type=int, default=None)
     gen.add_argument("--seed", type=int, default=None)
+    _add_sampler_options(gen)
+    gen.add_argument(
+        "--method", default="sampling",
+        choices=("sampling", "beam", "sampled_beam", "group_beam", "contrastive"),
+        help="how tokens are chosen (default: sampling); beam methods print the best beam",
+    )  # fmt: skip
+    gen.add_argument("--num-beams", type=int, default=4, help="beam methods (default: 4)")
+    gen.add_argument(
+        "--num-beam-groups", type=int, default=2, help="group_beam: groups (default: 2)"
+    )
+    gen.add_argument(
+        "--diversity-penalty", type=float, default=0.5,
+        help="group_beam: Hamming diversity penalty (default: 0.5)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--penalty-alpha", type=float, default=0.6, help="contrastive: alpha (default: 0.6)"
+    )
+    gen.add_argument(
+        "--contrastive-k", type=int, default=4, help="contrastive: candidates (default: 4)"
+    )
     gen.add_argument(
         "--show-probs",
         type=int,
@@ -76,6 +96,11 @@ def _build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     cmp.add_argument("--seed", type=int, default=0)
     cmp.add_argument("--show-text", action="store_true", help="print each method's output")
+    cmp.add_argument(
+        "--presets", default=None,
+        help="compare sampler presets instead of methods, e.g. 'Greedy,Creative,Mirostat 2' "
+        "(same prompt and seed; distinct-1/2 and rep-4 next to the speed)",
+    )  # fmt: skip
     cmp.add_argument("--device", default="auto")
     cmp.add_argument("--dtype", default="auto")
 
@@ -211,6 +236,63 @@ def cmd_compare_served(args: argparse.Namespace) -> int:
     return 0
 
 
+# The newer sampler settings as options: (settings field, how the option's text becomes it).
+def _csv_ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.replace(",", " ").split())
+
+
+def _csv_names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _bias(text: str) -> tuple[str, float]:
+    key, sep, value = text.rpartition(":")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"write WORD:BIAS or #ID:BIAS, got {text!r}")
+    return key, float(value)
+
+
+LIST_OPTIONS = {  # field: (option, type, metavar, appends)
+    "logit_bias": ("--logit-bias", _bias, "WORD:BIAS", True),
+    "banned_strings": ("--ban", str, "WORD", True),
+    "suppress_tokens": ("--suppress-tokens", _csv_ints, "ID,ID", False),
+    "dry_sequence_breakers": ("--dry-sequence-breaker", str, "TEXT", True),
+    "stage_order": ("--stage-order", _csv_names, "STAGE,STAGE", False),
+}
+BASIC = {"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens",
+         "seed", "order"}  # fmt: skip
+
+
+def _add_sampler_options(gen: argparse.ArgumentParser) -> None:
+    """One option per SamplerSettings field not above, with its help and default."""
+    from dataclasses import fields
+
+    from engine.settings import STAGE_NAMES, SamplerSettings
+    from engine.strategy_help import tooltip
+
+    defaults = SamplerSettings()
+    group = gen.add_argument_group("more samplers (each off at its default)")
+    for f in fields(SamplerSettings):
+        if f.name in BASIC:
+            continue
+        default = getattr(defaults, f.name)
+        shown = default if not isinstance(default, tuple) else (list(default) or "none")
+        text = f"{tooltip(f.name)} (default: {shown})".replace("%", "%%")
+        if f.name in LIST_OPTIONS:
+            option, kind, metavar, appends = LIST_OPTIONS[f.name]
+            if f.name == "stage_order":
+                text += f" Stages: {', '.join(STAGE_NAMES)}."
+            group.add_argument(
+                option, dest=f.name, type=kind, metavar=metavar, default=None,
+                action="append" if appends else "store", help=text,
+            )  # fmt: skip
+        else:
+            group.add_argument(
+                "--" + f.name.replace("_", "-"), dest=f.name, type=type(default), default=None,
+                help=text,
+            )  # fmt: skip
+
+
 def _settings_from(args: argparse.Namespace):
     from engine import DEFAULT_SETTINGS, PRESETS
 
@@ -226,6 +308,14 @@ def _settings_from(args: argparse.Namespace):
         "max_new_tokens": args.max_new_tokens,
         "seed": args.seed,
     }
+    from dataclasses import fields
+
+    from engine.settings import SamplerSettings
+
+    for f in fields(SamplerSettings):
+        if f.name not in BASIC and getattr(args, f.name, None) is not None:
+            value = getattr(args, f.name)
+            changes[f.name] = tuple(value) if isinstance(value, list) else value
     changes = {k: v for k, v in changes.items() if v is not None}
     if args.temperature_last:
         changes["order"] = "temperature_last"
@@ -237,7 +327,7 @@ def _visible(text: str) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from engine import GenerationSession, ModelLoadError
+    from engine import GenerationSession, ModelLoadError, Step
     from engine.catalog import open_model
 
     try:
@@ -266,20 +356,34 @@ def cmd_generate(args: argparse.Namespace) -> int:
         ids = bundle.encode_prompt(
             prompt, use_chat_template=False if args.no_chat_template else None
         )
-        session = GenerationSession(
-            bundle.model,
-            ids,
-            settings,
-            tokenizer=bundle.tokenizer,
-            eos_token_ids=bundle.eos_token_ids,
-            top_n=max(args.show_probs, 20 if args.html else 1),
-            fast=args.engine == "fast",
-        )
+        if args.method == "sampling":
+            session = GenerationSession(
+                bundle.model,
+                ids,
+                settings,
+                tokenizer=bundle.tokenizer,
+                eos_token_ids=bundle.eos_token_ids,
+                top_n=max(args.show_probs, 20 if args.html else 1),
+                fast=args.engine == "fast",
+            )
+        else:
+            from engine.workbench import RunRequest, make_session
+
+            request = RunRequest(
+                prompt, method=args.method, settings=settings, num_beams=args.num_beams,
+                top_n=max(args.show_probs, 20 if args.html else 1),
+                num_beam_groups=args.num_beam_groups, diversity_penalty=args.diversity_penalty, penalty_alpha=args.penalty_alpha,
+                contrastive_k=args.contrastive_k,
+            )  # fmt: skip
+            session = make_session(bundle, ids, request)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    beams = args.method in ("beam", "sampled_beam", "group_beam")
     steps = []
     for step in session.stream():
+        if not isinstance(step, Step):
+            continue
         if args.html:
             steps.append(step)
         if args.show_probs:
@@ -290,8 +394,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 f"{step.index:4d} {_visible(step.token_str)!r:>16} p={step.prob:.3f} "
                 f"raw={step.raw_prob:.3f} rank={step.rank} H={step.entropy_raw:.2f}b | {alts}"
             )
-        else:
+            for note in step.stage_notes:
+                print(f"{'':22}{note.stage}: {_visible(note.text)}")
+        elif not beams:
             print(step.text if not step.is_eos else "", end="", flush=True)
+    if beams and not args.show_probs:
+        print(session.text, end="")
     s = session.summary()
     print(
         f"\n[{s.tokens} tokens in {s.seconds:.2f}s = {s.tokens_per_s:.1f} tokens/s; "
@@ -299,11 +407,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.html:
-        from engine.records import SAMPLING
         from engine.share import write_run_html
 
         try:
-            write_run_html(args.html, prompt, bundle.name, settings, steps, method=SAMPLING)
+            steps = list(session.history) if beams else steps  # a beam's final path
+            write_run_html(args.html, prompt, bundle.name, settings, steps, method=args.method)
         except OSError as exc:
             print(f"error: could not write {args.html}: {exc}", file=sys.stderr)
             return 1
@@ -336,6 +444,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         ids = bundle.encode_prompt(
             prompt, use_chat_template=False if args.no_chat_template else None
         )
+        if args.presets:
+            return _compare_presets(args, bundle, ids)
         settings = SamplerSettings(temperature=args.temperature, seed=args.seed)
         results = compare_methods(
             bundle, ids, settings, methods, max_new_tokens=args.max_new_tokens,
@@ -351,6 +461,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.show_text:
         for r in results:
             print(f"\n== {r.method}\n{r.text}")
+    return 0
+
+
+def _compare_presets(args: argparse.Namespace, bundle, ids: list[int]) -> int:
+    from engine import PRESETS
+    from engine.compare import compare_presets, format_preset_table
+
+    names = [n.strip() for n in args.presets.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PRESETS]
+    if unknown:
+        raise ValueError(
+            f"unknown preset(s) {', '.join(unknown)}: choose from {', '.join(PRESETS)}"
+        )
+    results = compare_presets(
+        bundle, ids, {n: PRESETS[n] for n in names}, args.max_new_tokens, args.seed
+    )
+    print(
+        f"model: {bundle.describe()}  prompt tokens: {len(ids)}  new tokens: "
+        f"{args.max_new_tokens}  seed: {args.seed}"
+    )
+    print(format_preset_table(results))
+    if args.show_text:
+        for r in results:
+            print(f"\n== {r.name}\n{r.text}")
     return 0
 
 

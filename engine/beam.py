@@ -101,7 +101,10 @@ class BeamSession(SessionBase):
 
     def _chain_for(self, settings: SamplerSettings) -> Chain:
         """Beams are ranked by log-probability: only the penalty stages apply."""
-        return build_chain(settings, self.prompt_length, self.eos_token_ids, only=PENALTIES)
+        return build_chain(
+            settings, self.prompt_length, self.eos_token_ids, only=PENALTIES,
+            tokenizer=self.tokenizer,
+        )  # fmt: skip
 
     def run(self) -> BeamResult:
         for _ in self.stream():
@@ -269,7 +272,7 @@ class BeamSession(SessionBase):
         vocab = processed.shape[-1]
         keep = max(2, 1 + len(self.eos_token_ids)) * self.num_beams
         total = (processed + scores[:, None]).reshape(-1)  # [N * vocab]
-        top_scores, top_idx = torch.topk(total, min(keep, total.numel()))
+        top_scores, top_idx = self._select(total, min(keep, total.numel()))
         src, tok = top_idx // vocab, top_idx % vocab
         if at_limit:
             hits = torch.ones_like(tok, dtype=torch.bool)
@@ -283,6 +286,11 @@ class BeamSession(SessionBase):
         return (
             top_scores.tolist(), src.tolist(), tok.tolist(), hits.tolist(), token_logp.tolist()
         )  # fmt: skip
+
+    def _select(self, total: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """total: [N * vocab] path scores -> the K candidates that go on (scores, indices),
+        best first. Sampled beam search (``engine.search``) draws them instead."""
+        return torch.topk(total, k)
 
     def _measure_nodes(self, nodes: Sequence[BeamNode], elapsed: float) -> None:
         """A Step record for every candidate of this step, from its beam's distribution."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -246,3 +247,99 @@ def compare_served(
         result = comparison.row(row)
         if result is not None:
             yield result
+
+
+# -- comparing sampler presets ----------------------------------------------------------------
+
+
+def distinct_n(ids: Sequence[int], n: int) -> float:
+    """Distinct-n (Li et al. 2016): unique n-grams / all n-grams of the output (1.0: no
+    n-gram repeats; 0.0 when the output is shorter than n)."""
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def repetition(ids: Sequence[int], n: int = 4) -> float:
+    """seq-rep-n (Welleck et al. 2019): the share of the output's n-grams that repeat an
+    earlier one, 1 - distinct-n (0.0: none; near 1: a loop)."""
+    grams = len(ids) - n + 1
+    return 1.0 - distinct_n(ids, n) if grams > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class PresetResult:
+    name: str
+    token_ids: tuple[int, ...]
+    text: str
+    seconds: float
+    distinct_1: float
+    distinct_2: float
+    rep_4: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.token_ids) / self.seconds if self.seconds > 0 else 0.0
+
+
+def compare_presets(
+    bundle: ModelBundle,
+    prompt_ids: Sequence[int],
+    presets: dict[str, SamplerSettings],
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    fast: bool = False,
+) -> list[PresetResult]:
+    """Each preset on the same prompt and seed (after one short warm-up run), with its speed
+    (device synchronised) and its distinct-1/2 and rep-4 scores."""
+    b = bundle
+
+    def run(settings: SamplerSettings) -> GenerationSession:
+        session = GenerationSession(
+            b.model, prompt_ids, settings, tokenizer=b.tokenizer, eos_token_ids=b.eos_token_ids,
+            top_n=1, max_context=b.context_length, fast=fast,
+        )  # fmt: skip
+        for _ in session.stream(max_new_tokens):
+            pass
+        return session
+
+    first = next(iter(presets.values()), SamplerSettings())
+    run(first.with_(max_new_tokens=2, seed=seed))  # warm-up: allocations, lazy kernels
+    out = []
+    for name, preset in presets.items():
+        settings = preset.with_(max_new_tokens=max_new_tokens, seed=seed)
+        session, secs = timed(b.device, lambda s=settings: run(s))
+        ids = session.generated_ids
+        text = b.tokenizer.decode(ids, skip_special_tokens=True)
+        out.append(
+            PresetResult(
+                name,
+                tuple(ids),
+                text,
+                secs,
+                distinct_n(ids, 1),
+                distinct_n(ids, 2),
+                repetition(ids, 4),
+            )  # fmt: skip
+        )
+    return out
+
+
+def format_preset_table(results: Sequence[PresetResult]) -> str:
+    rows = [("preset", "tokens", "seconds", "tokens/s", "distinct-1", "distinct-2", "rep-4")]
+    for r in results:
+        rows.append((r.name, str(len(r.token_ids)), f"{r.seconds:.2f}", f"{r.tokens_per_s:.1f}",
+                     f"{r.distinct_1:.2f}", f"{r.distinct_2:.2f}", f"{r.rep_4:.2f}"))  # fmt: skip
+    return _table(rows)
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)

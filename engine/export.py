@@ -21,7 +21,7 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
-STEP_FIELDS = tuple(f.name for f in fields(Step) if f.name != "candidates")
+STEP_FIELDS = tuple(f.name for f in fields(Step) if f.name not in ("candidates", "stage_notes"))
 
 
 def write_atomic(path: str | os.PathLike[str], data: str) -> Path:
@@ -48,9 +48,17 @@ def step_to_dict(step: Step) -> dict[str, Any]:
             "raw_prob": c.raw_prob,
             "prob": c.prob,
             "cut_by": c.cut_by,
+            # what a penalty did, only where one did (keeps long runs' files small)
+            **(
+                {"penalised_by": c.penalised_by, "before_p": c.before_p, "after_p": c.after_p}
+                if c.penalised_by
+                else {}
+            ),
         }
         for c in step.candidates
     ]
+    if step.stage_notes:
+        out["stage_notes"] = [[n.stage, n.text] for n in step.stage_notes]
     return out
 
 
@@ -96,7 +104,7 @@ def steps_from_dict(data: dict[str, Any]) -> list[Step]:
     newer or older version wrote and this one does not know are ignored."""
     from dataclasses import fields
 
-    from engine.records import Candidate
+    from engine.records import Candidate, StageNote
 
     step_fields = {f.name for f in fields(Step)}
     cand_fields = {f.name for f in fields(Candidate)}
@@ -107,5 +115,6 @@ def steps_from_dict(data: dict[str, Any]) -> list[Step]:
             Candidate(**{k: v for k, v in c.items() if k in cand_fields})
             for c in raw.get("candidates", ())
         )
+        raw["stage_notes"] = tuple(StageNote(*n) for n in raw.get("stage_notes", ()))
         steps.append(Step(**raw))
     return steps

@@ -6,6 +6,7 @@ picked, and the entropy before and after the sampler."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +31,8 @@ class Measured:
     top_raw: tuple[float, ...]
     top_prob: tuple[float, ...]
     top_cut: tuple[int, ...]  # index of the chain stage that removed each, -1 if kept
+    top_extra: tuple[tuple[float, ...], ...] = ()  # each ``at_top`` row read at top_ids
+    extra: tuple[float, ...] = ()  # the ``extra`` block's row
 
 
 def measure(
@@ -39,10 +42,14 @@ def measure(
     top_n: int,
     cut: torch.Tensor | None = None,
     finite: torch.Tensor | None = None,
+    at_top: Sequence[torch.Tensor] = (),
+    extra: torch.Tensor | None = None,
 ) -> list[Measured]:
     """logits, probs: [rows, vocab] (raw logits; probabilities after the chain); tokens: [rows]
     the chosen ids; cut: [rows, vocab] stage indices from the chain; finite: [rows] bool (default:
-    checked on ``logits``). One device-to-host copy for all rows."""
+    checked on ``logits``); at_top: more [rows, vocab] tensors to read at the top-N ids (what the
+    penalties did); extra: [rows, k] numbers to bring along (the stages' notes). One
+    device-to-host copy for all rows."""
     rows = logits.shape[0]
     n = min(top_n, logits.shape[-1])
     raw_logp = F.log_softmax(logits, dim=-1)
@@ -53,21 +60,25 @@ def measure(
     if finite is None:
         finite = torch.isfinite(logits).all(dim=-1)
     top_cut = cut.gather(1, top_ids) if cut is not None else torch.full_like(top_ids, -1)
-    # float64 keeps token ids exact; entropy of a one-hot row is -0.0, hence the clamp
+    # float64 keeps token ids exact; entropy of a one-hot row is -0.0: clamp_min keeps -0.0,
+    # adding 0.0 makes it 0.0 (the window printed "-0.00 bits")
     columns = [
         tok,
         chosen_raw,
         probs.gather(1, tok),
         (raw > chosen_raw).sum(1, keepdim=True) + 1,
         (probs > 0).sum(1, keepdim=True),
-        (-torch.xlogy(raw, raw).sum(1, keepdim=True) / LN2).clamp_min(0),
-        (-torch.xlogy(probs, probs).sum(1, keepdim=True) / LN2).clamp_min(0),
+        (-torch.xlogy(raw, raw).sum(1, keepdim=True) / LN2).clamp_min(0) + 0.0,
+        (-torch.xlogy(probs, probs).sum(1, keepdim=True) / LN2).clamp_min(0) + 0.0,
         finite.reshape(rows, 1),
         top_ids,
         top_raw,
         probs.gather(1, top_ids),
         top_cut,
+        *(t.gather(1, top_ids) for t in at_top),
     ]
+    if extra is not None:
+        columns.append(extra.reshape(rows, -1))
     packed = torch.cat([c.double() for c in columns], dim=1).tolist()  # the one copy
     out = []
     for row in packed:
@@ -85,7 +96,9 @@ def measure(
                 top_ids=tuple(int(i) for i in tops[:n]),
                 top_raw=tuple(tops[n : 2 * n]),
                 top_prob=tuple(tops[2 * n : 3 * n]),
-                top_cut=tuple(int(i) for i in tops[3 * n :]),
+                top_cut=tuple(int(i) for i in tops[3 * n : 4 * n]),
+                top_extra=tuple(tuple(tops[(4 + j) * n : (5 + j) * n]) for j in range(len(at_top))),
+                extra=tuple(tops[(4 + len(at_top)) * n :]),
             )
         )
     return out

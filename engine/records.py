@@ -13,11 +13,15 @@ from typing import Any
 
 # The ways a run picks its tokens: one set of names for the engine, the window, the lessons.
 SAMPLING, BEAM, SPEC_NGRAM, SPEC_DRAFT = "sampling", "beam", "spec_ngram", "spec_draft"
+SAMPLED_BEAM, GROUP_BEAM, CONTRASTIVE = "sampled_beam", "group_beam", "contrastive"
 RUN_METHODS = {
     SAMPLING: "Sampling, token by token",
     BEAM: "Beam search",
     SPEC_NGRAM: "Speculative: n-gram drafts",
     SPEC_DRAFT: "Speculative: draft model",
+    SAMPLED_BEAM: "Beam search, sampled",
+    GROUP_BEAM: "Diverse (group) beam search",
+    CONTRASTIVE: "Contrastive search",
 }
 
 
@@ -30,6 +34,20 @@ class Candidate:
     raw_prob: float  # softmax of the model's logits, temperature 1, no filters
     prob: float  # after the whole sampler chain; 0.0 when a filter cut the token
     cut_by: str = ""  # the stage that removed the token ("top-p 0.90"), "" when kept
+    # A penalty (repetition, frequency/presence, DRY, logit bias) changed this token's score:
+    # its label, and the probability just before the first penalty and just after the last.
+    penalised_by: str = ""
+    before_p: float | None = None
+    after_p: float | None = None
+
+
+@dataclass(frozen=True)
+class StageNote:
+    """What one stage of the sampler did at a step ("mu 4.82: kept 31", "XTC removed 2 top
+    tokens: ' the', ' a'", "dynamic temperature 0.73")."""
+
+    stage: str  # the stage's label
+    text: str
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,8 @@ class Step:
     # which are lower bounds of the true entropy.
     other_p: float | None = None
     entropy_lower_bound: bool = False
+    stage_notes: tuple[StageNote, ...] = ()  # what the sampler's stages did at this step
+    mu: float | None = None  # mirostat's running target surprise after this step (bits)
 
 
 # Memory bound for long runs: the newest KEEP_FULL steps keep every candidate, older ones their

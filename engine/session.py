@@ -33,6 +33,7 @@ from engine.records import (
     Candidate,
     Rewind,
     RunSummary,
+    StageNote,
     Step,
     lighten_old,
 )
@@ -154,7 +155,9 @@ class SessionBase:
         self.sampler = self._chain_for(value)
 
     def _chain_for(self, settings: SamplerSettings) -> Sampler:
-        return build_chain(settings, self.prompt_length, self.eos_token_ids)
+        return build_chain(
+            settings, self.prompt_length, self.eos_token_ids, tokenizer=self.tokenizer
+        )
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -230,6 +233,14 @@ class SessionBase:
             raise NonFiniteLogitsError(index)
         show = self.text_track.show
         labels = self.sampler.labels
+
+        def label(c: float) -> str:
+            return labels[int(c)] if 0 <= c < len(labels) else ""
+
+        # What the penalties did (before/after probability), when the chain reported it.
+        penalties = m.top_extra if len(m.top_extra) == 3 else ((None,) * len(m.top_ids),) * 3
+        notes_of = getattr(self.sampler, "notes", None)
+        notes = notes_of(m.extra, show) if notes_of is not None else ()
         return Step(
             index=index,
             token_id=m.token_id,
@@ -239,8 +250,12 @@ class SessionBase:
             prob=m.prob,
             rank=m.rank,
             candidates=tuple(
-                Candidate(i, show(i), r, q, labels[c] if 0 <= c < len(labels) else "")
-                for i, r, q, c in zip(m.top_ids, m.top_raw, m.top_prob, m.top_cut, strict=True)
+                Candidate(i, show(i), r, q, label(c))
+                if by is None or by < 0
+                else Candidate(i, show(i), r, q, label(c), label(by), before, after)
+                for i, r, q, c, before, after, by in zip(
+                    m.top_ids, m.top_raw, m.top_prob, m.top_cut, *penalties, strict=True
+                )
             ),
             survivors=m.survivors,
             entropy_raw=m.entropy_raw,
@@ -251,6 +266,7 @@ class SessionBase:
             is_eos=m.token_id in self.eos_token_ids,
             source=source,
             special=m.token_id in self.text_track.special_ids,
+            stage_notes=tuple(StageNote(stage, text) for stage, text in notes),
         )
 
     def _add(self, step: Step) -> None:
@@ -414,18 +430,35 @@ class GenerationSession(SessionBase):
         finite = torch.isfinite(logits).all(dim=-1)  # [1]
         logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
         ids = self._ids_tensor() if self.sampler.uses_ids else None
+        # The step's generator is seeded before the chain: XTC draws from it, then the pick.
+        self._generator.manual_seed(step_seed(self.seed, len(self.history)))
+        prepare = getattr(self.sampler, "prepare", None)
+        if prepare is not None:
+            prepare(self._generator, self.mu)
         probs, cut = self.sampler.probs(ids, logits)  # [1, vocab]
         forced, self._forced = self._forced, None
         if forced is not None:
             token = torch.tensor([forced], device=self.device)
             source = "forced"
         else:
-            self._generator.manual_seed(step_seed(self.seed, len(self.history)))
             token = self.sampler.pick(probs[0], self._generator)
             source = "greedy" if self.sampler.greedy else "sample"
-        m = measure(logits, probs, token, self.top_n, cut, finite)[0]  # one copy to the host
+        report = getattr(self.sampler, "report", None)
+        at_top, extra = report.tensors() if report is not None else ((), None)
+        # one copy to the host
+        m = measure(logits, probs, token, self.top_n, cut, finite, at_top, extra)[0]
         elapsed = time.perf_counter() - start  # after the copy, which waits for the device
-        return self._append(m, elapsed, source, forced=forced is not None, fed=fed)
+        step = self._append(m, elapsed, source, forced=forced is not None, fed=fed)
+        next_mu = getattr(self.sampler, "next_mu", None)
+        mu = next_mu(m.prob) if next_mu is not None else None
+        if mu is not None:  # mirostat's state lives in the history, so rewinds restore it
+            step = self.history[-1] = replace(step, mu=mu)
+        return step
+
+    @property
+    def mu(self) -> float | None:
+        """Mirostat's mu for the next step: the last step's, None at the start (2·tau)."""
+        return self.history[-1].mu if self.history else None
 
     def _ids_tensor(self) -> torch.Tensor:
         return torch.tensor([self.ids], dtype=torch.long, device=self.device)  # [1, seq]

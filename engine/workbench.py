@@ -17,8 +17,11 @@ from typing import Any
 from engine.models import ModelBundle
 from engine.records import (
     BEAM,
+    CONTRASTIVE,
+    GROUP_BEAM,
     KEEP_FULL,
     RUN_METHODS,
+    SAMPLED_BEAM,
     SAMPLING,
     SERVED_STREAM,
     SPEC_DRAFT,
@@ -48,6 +51,13 @@ class RunRequest:
     limit: int | None = None  # tokens for this run; None: settings.max_new_tokens
     fast: bool = True  # the lean decode path where the model supports it
     keep_candidates: int | None = KEEP_FULL
+    penalty_alpha: float = 0.6  # contrastive search
+    contrastive_k: int = 4
+    num_beam_groups: int = 2  # diverse beam search
+    diversity_penalty: float = 0.5
+
+
+BEAMS = (BEAM, SAMPLED_BEAM, GROUP_BEAM)  # searches that cannot take settings mid-run
 
 
 def live(session: Any, records: Iterator[Any], settings: bool = True) -> Action:
@@ -127,7 +137,7 @@ class Workbench:
         )  # fmt: skip
         yield from live(
             session, session.stream(request.limit),
-            settings=request.method not in (BEAM, SERVED_STREAM),
+            settings=request.method not in (*BEAMS, SERVED_STREAM),
         )  # fmt: skip
         yield self._choices()
 
@@ -158,7 +168,7 @@ class Workbench:
         session = self._session()
         if session.finished:
             raise ValueError("The run has ended: click a token to branch, or Generate again.")
-        if session.method == BEAM:
+        if session.method in BEAMS:
             raise ValueError("A beam search cannot be continued: Generate again.")
         session.settings = settings
         yield from live(session, session.stream(limit))
@@ -226,30 +236,54 @@ class Workbench:
     def _make_session(self, bundle: ModelBundle, ids: list[int], request: RunRequest) -> Any:
         if hasattr(bundle, "make_session"):  # a served model builds its own sessions
             return bundle.make_session(ids, request)
-        settings = request.settings
-        common: dict[str, Any] = dict(
-            tokenizer=bundle.tokenizer, eos_token_ids=bundle.eos_token_ids,
-            top_n=request.top_n, max_context=bundle.context_length,
-            keep_candidates=request.keep_candidates,
-        )  # fmt: skip
-        if request.method == BEAM:
-            from engine.beam import BeamSession
+        return make_session(bundle, ids, request, self.draft)
 
-            return BeamSession(bundle.model, ids, settings, num_beams=request.num_beams, **common)
-        if request.method in (SPEC_NGRAM, SPEC_DRAFT):
-            from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession
 
-            if request.method == SPEC_DRAFT:
-                if self.draft is None:
-                    raise ValueError("Load a draft model first (Method panel, Draft model: Load…).")
-                enc = ids if self.draft.is_encoder_decoder else None
-                drafter: Any = ModelDrafter(self.draft.model, enc, fast=request.fast)
-            else:
-                drafter = NGramDrafter()
-            return SpeculativeSession(
-                bundle.model, ids, drafter, settings, gamma=request.gamma, seed=settings.seed,
-                fast=request.fast, **common,
+def make_session(
+    bundle: ModelBundle, ids: list[int], request: RunRequest, draft: ModelBundle | None = None
+) -> Any:
+    """The session of ``request.method`` on the tokenised prompt ``ids``."""
+    settings = request.settings
+    common: dict[str, Any] = dict(
+        tokenizer=bundle.tokenizer, eos_token_ids=bundle.eos_token_ids,
+        top_n=request.top_n, max_context=bundle.context_length,
+        keep_candidates=request.keep_candidates,
+    )  # fmt: skip
+    if request.method == BEAM:
+        from engine.beam import BeamSession
+
+        return BeamSession(bundle.model, ids, settings, num_beams=request.num_beams, **common)
+    if request.method in (SAMPLED_BEAM, GROUP_BEAM, CONTRASTIVE):
+        from engine.search import ContrastiveSession, GroupBeamSession, SampledBeamSession
+
+        if request.method == SAMPLED_BEAM:
+            return SampledBeamSession(
+                bundle.model, ids, settings, num_beams=request.num_beams, **common
+            )
+        if request.method == GROUP_BEAM:
+            return GroupBeamSession(
+                bundle.model, ids, settings, num_beams=request.num_beams,
+                num_beam_groups=request.num_beam_groups,
+                diversity_penalty=request.diversity_penalty, **common,
             )  # fmt: skip
-        from engine.session import GenerationSession
+        return ContrastiveSession(
+            bundle.model, ids, settings, penalty_alpha=request.penalty_alpha,
+            top_k=request.contrastive_k, **common,
+        )  # fmt: skip
+    if request.method in (SPEC_NGRAM, SPEC_DRAFT):
+        from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession
 
-        return GenerationSession(bundle.model, ids, settings, fast=request.fast, **common)
+        if request.method == SPEC_DRAFT:
+            if draft is None:
+                raise ValueError("Load a draft model first (Method panel, Draft model: Load…).")
+            enc = ids if draft.is_encoder_decoder else None
+            drafter: Any = ModelDrafter(draft.model, enc, fast=request.fast)
+        else:
+            drafter = NGramDrafter()
+        return SpeculativeSession(
+            bundle.model, ids, drafter, settings, gamma=request.gamma, seed=settings.seed,
+            fast=request.fast, **common,
+        )  # fmt: skip
+    from engine.session import GenerationSession
+
+    return GenerationSession(bundle.model, ids, settings, fast=request.fast, **common)
