@@ -372,8 +372,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             request = RunRequest(
                 prompt, method=args.method, settings=settings, num_beams=args.num_beams,
                 top_n=max(args.show_probs, 20 if args.html else 1),
-                num_beam_groups=args.num_beam_groups, diversity_penalty=args.diversity_penalty, penalty_alpha=args.penalty_alpha,
-                contrastive_k=args.contrastive_k,
+                num_beam_groups=args.num_beam_groups, diversity_penalty=args.diversity_penalty,
+                penalty_alpha=args.penalty_alpha, contrastive_k=args.contrastive_k,
             )  # fmt: skip
             session = make_session(bundle, ids, request)
     except ValueError as exc:
