@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.models import ModelBundle
-from engine.records import BEAM, SAMPLING, RunSummary, Step
-from engine.workbench import RunRequest
+from engine.records import CONTRASTIVE, SAMPLING, RunSummary, Step
+from engine.workbench import BEAMS, RunRequest
 from gui import appearance, persist, presentation
 from gui.lessons import Classroom
 from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
@@ -33,6 +33,7 @@ from gui.views import RunView
 from gui.widgets.presenter_strip import PresenterStrip
 from gui.worker import EngineRunner
 
+TREE_METHODS = (*BEAMS, CONTRASTIVE)  # methods that draw a tree (BeamEvent records)
 REDRAW_HZ = 30
 AUTOSAVE_MS = 2000  # while something changed, write the autosave at most this often
 RUN_JOBS = ("generate", "step", "continue", "branch", "resume")
@@ -168,8 +169,8 @@ class MainWindow(QMainWindow):
         settings = self.classroom.settings(settings)
         return RunRequest(
             prompt=self.prompt.toPlainText(), method=self.method.current(), settings=settings,
-            chat_template=self.prompt_box.use_chat(), num_beams=self.method.beams.value(),
-            gamma=self.method.gamma.value(), limit=limit,
+            chat_template=self.prompt_box.use_chat(), limit=limit,
+            **self.method.request_options(),
         )  # fmt: skip
 
     # -- models -------------------------------------------------------------------------------
@@ -241,7 +242,7 @@ class MainWindow(QMainWindow):
         if self.runner.generate(request):
             self.store.clear()  # the old run leaves the screen now, not when the new one starts
             self.views.clear()
-            if request.method == BEAM:
+            if request.method in TREE_METHODS:
                 self.tabs.setCurrentWidget(self.plots.beam_panel)
             self.status_text.setText("Generating…")
 
@@ -329,7 +330,7 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _on_method_changed(self, method: str) -> None:
         self.views.update_legend(self.theme)
-        if method == BEAM:
+        if method in TREE_METHODS:
             self.tabs.setCurrentWidget(self.plots.beam_panel)
         elif self.tabs.currentWidget() is self.plots.beam_panel:
             self.tabs.setCurrentIndex(0)
@@ -415,7 +416,7 @@ class MainWindow(QMainWindow):
         a.stop.setEnabled(busy)
         a.step.setEnabled(not busy and has_model)
         can_go_on = store.can_resume() or (
-            store.can_continue() and store.method != BEAM and not store.restored
+            store.can_continue() and store.method not in BEAMS and not store.restored
         )
         a.continue_.setEnabled(not busy and can_go_on)
         a.undo.setEnabled(not busy and store.choices.can_undo)

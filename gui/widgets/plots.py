@@ -82,9 +82,12 @@ class DistributionPlot(pg.PlotWidget):
         self.cut_line = pg.InfiniteLine(angle=0, movable=False)
         self.cut_label = pg.TextItem(anchor=(1, 0))
         self.gap_line = pg.InfiniteLine(angle=0, movable=False)
+        # where a penalised token's probability was before the penalty (a diamond on its row)
+        self.before = pg.ScatterPlotItem(size=13, symbol="d")
         for item in (self.raw_kept, self.raw_cut, self.processed, self.chosen, self.cut_line):
             self.addItem(item)
         self.addItem(self.gap_line)
+        self.addItem(self.before)
         self.addItem(self.cut_label)
         self.value_labels: list[pg.TextItem] = []
         self._more_labels(51)  # made now: making them at the first token stalls the window
@@ -105,6 +108,8 @@ class DistributionPlot(pg.PlotWidget):
         self.chosen.setOpts(brush=pg.mkBrush(None), pen=pg.mkPen(theme.chosen, width=3))
         self.cut_line.setPen(pg.mkPen(CUT_MARK, width=2, style=Qt.PenStyle.DashLine))
         self.gap_line.setPen(pg.mkPen(theme.muted, width=1, style=Qt.PenStyle.DotLine))
+        self.before.setPen(pg.mkPen(theme.chosen, width=1.5))
+        self.before.setBrush(pg.mkBrush(None))
         self.cut_label.setColor(QColor(CUT_MARK if theme.name == "light" else "#e7a5c9"))
         for label in self.value_labels:
             label.setColor(QColor(theme.text))
@@ -146,6 +151,7 @@ class DistributionPlot(pg.PlotWidget):
             chip(t.raw_bar, "model"), chip(t.kept_bar, "after sampler"),
             chip(t.cut_bar, "cut", True), f"<span style='color:{t.chosen}'>□</span>&nbsp;chosen",
             f"<span style='color:{CUT_MARK}'>┅</span>&nbsp;cut-off",
+            f"<span style='color:{t.chosen}'>◇</span>&nbsp;before a penalty",
         ))  # fmt: skip
 
     # -- drawing -------------------------------------------------------------------------------
@@ -169,6 +175,7 @@ class DistributionPlot(pg.PlotWidget):
             self.cut_line.hide()
             self.gap_line.hide()
             self.cut_label.setText("")
+            self.before.setData([], [])
             self._place_values([])
             plot.getAxis("left").setTicks([[]])
             self.setYRange(-0.6, self.top_n - 0.4, padding=0)
@@ -181,6 +188,9 @@ class DistributionPlot(pg.PlotWidget):
         self.raw_kept.setOpts(x0=np.zeros((~cut).sum()), y=y[~cut] - 0.2, width=raw[~cut])
         self.raw_cut.setOpts(x0=np.zeros(cut.sum()), y=y[cut] - 0.2, width=raw[cut])
         self.processed.setOpts(x0=np.zeros(len(y)), y=y + 0.2, width=proc)
+        marked = [(r[1].before_p, r[0]) for r in self.rows
+                  if r[1].penalised_by and r[1].before_p is not None]  # fmt: skip
+        self.before.setData([m[0] for m in marked], [m[1] + 0.2 for m in marked])
         chosen = [i for i, r in enumerate(self.rows) if r[1].token_id == step.token_id]
         if chosen:
             i = chosen[0]
@@ -363,6 +373,10 @@ class DistributionPlot(pg.PlotWidget):
         else:
             fate = f"removed by <b>{html.escape(c.cut_by)}</b>" if c.cut_by else "removed"
         chosen = " · <b>chosen</b>" if c.token_id == self.step.token_id else ""
+        if c.penalised_by and c.before_p is not None:
+            after = c.after_p if c.after_p is not None else c.prob
+            fate += (f"<br>{html.escape(c.penalised_by)}: {pct(c.before_p)} before the penalty, "
+                     f"{pct(after)} after")  # fmt: skip
         return (
             f"<code>{html.escape(repr(c.text))}</code> (id {c.token_id}), rank {rank}{chosen}<br>"
             f"model's probability {pct(c.raw_prob)} · after the sampler {pct(c.prob)}<br>"
@@ -409,17 +423,22 @@ def step_summary(step: Step | None, compact: bool = False) -> str:
     if step is None:
         return "Next-token probabilities appear here after the first token."
     survivors = f"{step.survivors} token{'s' if step.survivors != 1 else ''} could be picked"
+    said = [f"{n.stage}: {n.text}" for n in getattr(step, "stage_notes", ())]
+    mu = getattr(step, "mu", None)
+    if mu is not None and not any("mu" in n for n in said):
+        said.append(f"mirostat μ {mu:.2f}")
+    notes = f"<br><i>{html.escape(' · '.join(said))}</i>" if said else ""
     if compact:  # the presentation view: two lines at most at 20 pt
         return (
             f"<b>Step {step.index + 1}</b>: "
             f"<code>'{html.escape(_short(step.token_str, 16))}'</code> "
-            f"{pct(step.raw_prob)} → {pct(step.prob)} · {survivors}"
+            f"{pct(step.raw_prob)} → {pct(step.prob)} · {survivors}{notes}"
         )
     return (
         f"<b>Step {step.index + 1}</b>: chose "
         f"<code>'{html.escape(_short(step.token_str, 24))}'</code> "
         f"({step.raw_prob:.0%} → {step.prob:.0%} after the sampler) · entropy "
-        f"{step.entropy_raw:.2f} → {step.entropy:.2f} bits · {survivors}"
+        f"{step.entropy_raw:.2f} → {step.entropy:.2f} bits · {survivors}{notes}"
     )
 
 
