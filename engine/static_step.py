@@ -22,7 +22,8 @@ which changes the shapes: the step is compiled and captured again for the new ca
 Multi-token calls (the prompt, speculative verification) run the same step eagerly over the
 static cache. Anything that cannot be compiled or captured (no CUDA, an old torch, a failing
 compile) falls back, with one line in the log saying why: to the eager step on a GPU, and on
-CPU the TorchScript ``FastStepper`` stays the default (see resources/notes/fast-path.md for the figures).
+CPU the TorchScript ``FastStepper`` stays the default (resources/notes/fast-path.md has the
+figures).
 """
 
 from __future__ import annotations

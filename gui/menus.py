@@ -36,6 +36,7 @@ class Actions:
     export_png: QAction
     export_md: QAction
     quit: QAction
+    served: QAction
     presentation: QAction
     shortcuts: QAction
     about: QAction
@@ -134,6 +135,12 @@ def build_actions(w: MainWindow) -> Actions:
             "Export text as Markdown…", None, "The prompt and the output", lambda: w.export("md")
         ),
         quit=action("Quit", QKeySequence.StandardKey.Quit, "Close Decoding Lab", w.close),
+        served=action(
+            "Open served model…",
+            None,
+            "A model on vLLM, SGLang or llama.cpp's server (OpenAI-compatible /v1)",
+            lambda: w.open_served_dialog(),
+        ),  # fmt: skip
         presentation=action(
             "Presentation view",
             "F5",
@@ -181,6 +188,8 @@ def build_actions(w: MainWindow) -> Actions:
     export.triggered.connect(lambda: w.export("json"))
 
     file_menu = w.menuBar().addMenu("&File")
+    file_menu.addAction(acts.served)
+    file_menu.addSeparator()
     for a in (acts.export_json, acts.export_csv, acts.export_png, acts.export_md):
         file_menu.addAction(a)
     file_menu.addSeparator()

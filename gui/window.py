@@ -31,6 +31,7 @@ from gui.store import RunStore
 from gui.theme import THEMES
 from gui.views import RunView
 from gui.widgets.presenter_strip import PresenterStrip
+from gui.widgets.served_dialog import ServedDialog, parse_served
 from gui.worker import EngineRunner
 
 TREE_METHODS = (*BEAMS, CONTRASTIVE)  # methods that draw a tree (BeamEvent records)
@@ -153,6 +154,7 @@ class MainWindow(QMainWindow):
         self.dist.bar_clicked.connect(self.choose_token)
         self.output.color_mode.currentIndexChanged.connect(self._set_color_mode)
         self.picker.source_chosen.connect(self.load_model)
+        self.picker.served_requested.connect(self.open_served_dialog)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -184,8 +186,29 @@ class MainWindow(QMainWindow):
             return
         self._loading_source = source
         self.picker.fill(pending=source)
+        served = parse_served(source)
+        if served is not None:  # a model behind an OpenAI-compatible endpoint
+            from engine.remote import KeySource
+
+            url, model, key_kind = served
+            self.status_text.setText(f"Connecting to {url}…")
+            self.runner.open_served(url, model or None, KeySource(key_kind))
+            return
         self.status_text.setText(f"Loading {source}…")
         self.runner.load(source)
+
+    @Slot()
+    def open_served_dialog(self) -> None:
+        """File > Open served model…: the endpoint, the model, where the key comes from."""
+        last = next((r for r in self.picker.recents if parse_served(r)), None)
+        dialog = ServedDialog(self, last)
+        if dialog.exec() != ServedDialog.DialogCode.Accepted:
+            return
+        source = dialog.source()
+        if source is None:
+            self.show_error("Give the server's address, for example http://127.0.0.1:8000")
+            return
+        self.load_model(source)
 
     @Slot(object)
     def _on_model_loaded(self, bundle: ModelBundle) -> None:
@@ -196,6 +219,7 @@ class MainWindow(QMainWindow):
         self._loading_source = None
         self.picker.remember(source)
         self.model_label.setText(bundle.describe())
+        self.method.set_served(hasattr(bundle, "make_session"))  # a served model's stream mode
         self.prompt_box.describe_model(bundle.is_encoder_decoder, bundle.has_chat_template)
         example = bundle.extra.get("example_prompt")
         current = self.prompt.toPlainText().strip()

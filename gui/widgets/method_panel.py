@@ -107,6 +107,18 @@ class MethodPanel(QGroupBox):
     def current(self) -> str:
         return self.method.currentData()
 
+    def set_served(self, served: bool) -> None:
+        """A served model adds its stream mode (the server samples) to the methods."""
+        from engine.records import SERVED_STREAM
+
+        at = self.method.findData(SERVED_STREAM)
+        if served and at < 0:
+            self.method.addItem("Served: the server samples (stream)", SERVED_STREAM)
+        elif not served and at >= 0:
+            if self.current() == SERVED_STREAM:
+                self.set_current(SAMPLING)
+            self.method.removeItem(at)
+
     def set_current(self, method: str) -> None:
         self.method.setCurrentIndex(max(0, self.method.findData(method)))
 

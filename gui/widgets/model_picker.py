@@ -6,8 +6,10 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QComboBox, QFileDialog, QInputDialog, QWidget
 
 from engine.catalog import BUNDLED
+from gui.widgets.served_dialog import parse_served, served_title
 
 OPEN_FOLDER, OPEN_GGUF, OPEN_HUB = "action:folder", "action:gguf", "action:hub"
+OPEN_SERVED = "action:served"
 MAX_RECENTS = 8
 
 
@@ -15,6 +17,7 @@ class ModelPicker(QComboBox):
     """Emits ``source_chosen`` with a bundled name, a path or a hub id."""
 
     source_chosen = Signal(str)
+    served_requested = Signal()  # "Open served model…": the window asks for the endpoint
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -44,11 +47,13 @@ class ModelPicker(QComboBox):
             self.setItemData(self.count() - 1, m.description, Qt.ItemDataRole.ToolTipRole)
         for source in self.recents:
             if source not in BUNDLED:
-                self.addItem(f"Recent: {source}", source)
+                title = served_title(source) if parse_served(source) else f"Recent: {source}"
+                self.addItem(title, source)
         self.insertSeparator(self.count())
         self.addItem("Open folder…", OPEN_FOLDER)
         self.addItem("Open GGUF file…", OPEN_GGUF)
         self.addItem("Hugging Face id…", OPEN_HUB)
+        self.addItem("Served model (vLLM, SGLang, llama.cpp)…", OPEN_SERVED)
         key = pending or self.current_key
         if key is not None and self.findData(key) >= 0:
             self.setCurrentIndex(self.findData(key))
@@ -64,6 +69,10 @@ class ModelPicker(QComboBox):
             source, _ = QFileDialog.getOpenFileName(
                 self, "Open a GGUF file", "", "GGUF files (*.gguf)"
             )
+        elif data == OPEN_SERVED:
+            self.fill()
+            self.served_requested.emit()
+            return
         elif data == OPEN_HUB:
             text, ok = QInputDialog.getText(
                 self, "Hugging Face model", "Model id (for example gpt2):"

@@ -44,6 +44,9 @@ def value_text(c: Candidate) -> str:
     return f"{pct(c.raw_prob)} → {pct(c.prob)}"
 
 
+OTHER_ID = -1  # the "other" bar of a served model's step (not a token)
+
+
 class DistributionPlot(pg.PlotWidget):
     """Top-N candidates of one step as horizontal bars: raw probability, probability after the
     sampler (each row labelled with both), tokens cut by the filters hatched, the chosen token
@@ -210,7 +213,12 @@ class DistributionPlot(pg.PlotWidget):
         self.gap_line.setVisible(outside)
         every = self._label_every(len(self.rows) + (1 if outside else 0))
         ticks = [
-            (row_y, f"{rank}. {_short(c.text)}" if self._labelled(k, every, c) else "")
+            (
+                row_y,
+                (f"{rank}. {_short(c.text)}" if rank else "other")
+                if self._labelled(k, every, c)
+                else "",
+            )
             for k, (row_y, c, rank) in enumerate(self.rows)
         ]
         self._place_values(
@@ -235,6 +243,10 @@ class DistributionPlot(pg.PlotWidget):
             # the chosen token ranks below the shown ones: its own row, below a gap
             me = Candidate(step.token_id, step.token_str, step.raw_prob, step.prob)
             rows.append((len(cands) + 0.5, me, step.rank))
+        other = getattr(step, "other_p", None)
+        if other is not None:  # a served model: the mass outside the N it sent, as one bar
+            lump = Candidate(OTHER_ID, "(all other tokens)", other, 0.0, "not sent by the server")
+            rows.append((rows[-1][0] + 1.0 if rows else 0.0, lump, 0))
         return rows
 
     def _x_limit(self, ends: np.ndarray, texts: list[str]) -> float:
@@ -267,7 +279,7 @@ class DistributionPlot(pg.PlotWidget):
         """Row ``k`` gets its labels: every ``every``-th row, the chosen token's, a guessed one."""
         step = self.step
         chosen = step is not None and c.token_id == step.token_id
-        return k % every == 0 or chosen or c.token_id in self.marks
+        return k % every == 0 or chosen or c.token_id in self.marks or c.token_id == OTHER_ID
 
     def _label_every(self, rows: int) -> int:
         """Label every row when the labels fit, else every 2nd, 5th, ... (a pile is unreadable)."""
@@ -368,6 +380,12 @@ class DistributionPlot(pg.PlotWidget):
         if self.step is None or not 0 <= row < len(self.rows):
             return ""
         _y, c, rank = self.rows[row]
+        if c.token_id == OTHER_ID:
+            return (
+                f"All the tokens the server did not send: {pct(c.raw_prob)} of the model's "
+                "probability.<br>The sampler chain (top-p, min-p, ...) runs on the candidates "
+                "it sent, renormalised, so it cannot pick these; entropy is a lower bound."
+            )
         if c.prob > 0:
             fate = "kept by every filter"
         else:
@@ -394,7 +412,7 @@ class DistributionPlot(pg.PlotWidget):
         if self.step is None:
             return
         row = self.row_at(event.scenePos())  # type: ignore[attr-defined]
-        if row is not None:
+        if row is not None and self.rows[row][1].token_id != OTHER_ID:
             self.bar_clicked.emit(self.step.index, self.rows[row][1].token_id)
 
 
@@ -427,6 +445,10 @@ def step_summary(step: Step | None, compact: bool = False) -> str:
     mu = getattr(step, "mu", None)
     if mu is not None and not any("mu" in n for n in said):
         said.append(f"mirostat μ {mu:.2f}")
+    other = getattr(step, "other_p", None)
+    if other is not None:
+        said.append(f"served: {len(step.candidates)} candidates, {pct(other)} outside them; "
+                    "entropy is a lower bound")  # fmt: skip
     notes = f"<br><i>{html.escape(' · '.join(said))}</i>" if said else ""
     if compact:  # the presentation view: two lines at most at 20 pt
         return (

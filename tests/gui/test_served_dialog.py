@@ -1,0 +1,83 @@
+"""Opening a served model from the window: the dialog, the picker's recents (no key in them),
+the method panel's stream mode, and a clear message when nothing listens at the address."""
+
+from engine.records import SAMPLING, SERVED_STREAM
+from gui.widgets.served_dialog import ServedDialog, parse_served, served_source, served_title
+
+
+def test_dialog_gives_a_source_without_a_key(qtbot, monkeypatch):
+    monkeypatch.setenv("DECODING_LAB_API_KEY", "sk-secret-1234")
+    dialog = ServedDialog()
+    qtbot.addWidget(dialog)
+    dialog.url.setText("http://gpu-box:8000/")
+    dialog.model.setText("meta-llama/Llama-3.1-8B-Instruct")
+    source = dialog.source()
+    assert source is not None and "sk-secret" not in source
+    assert parse_served(source) == (
+        "http://gpu-box:8000",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "env",
+    )
+    assert served_title(source) == "Served: meta-llama/Llama-3.1-8B-Instruct @ gpu-box:8000"
+    dialog.url.setText("gpu-box")  # no scheme: refused, not guessed
+    assert dialog.source() is None
+    again = ServedDialog(last=source)
+    qtbot.addWidget(again)
+    assert again.url.text() == "http://gpu-box:8000" and again.key.currentData() == "env"
+
+
+def test_window_opens_a_served_source_and_remembers_it_without_the_key(
+    qtbot, window, store, monkeypatch
+):
+    monkeypatch.setenv("DECODING_LAB_API_KEY", "sk-secret-5678")
+    calls = []
+    monkeypatch.setattr(window.runner, "open_served", lambda *a, **k: calls.append((a, k)))
+    source = served_source("http://127.0.0.1:8000", "smol", "env")
+    window.load_model(source)
+    (url, model, key_source), _ = calls[0]
+    assert (url, model, key_source.kind) == ("http://127.0.0.1:8000", "smol", "env")
+    window.picker.remember(source)
+    assert window.picker.findText("Served: smol @ 127.0.0.1:8000") >= 0
+    window.close()
+    from pathlib import Path
+
+    saved = Path(store.fileName()).read_text(encoding="utf-8")
+    assert "127.0.0.1:8000" in saved and "sk-secret" not in saved
+
+
+def test_nothing_listening_gives_a_clear_message(qtbot, window):
+    with qtbot.waitSignal(window.runner.load_failed, timeout=60000) as failed:
+        window.load_model(served_source("http://127.0.0.1:9", "any", "none"))
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=10000)
+    message = failed.args[0].lower()
+    assert "127.0.0.1:9" in message or "reach" in message or "connect" in message
+
+
+def test_method_panel_offers_stream_mode_only_for_a_served_model(qtbot, window):
+    panel = window.method
+    assert panel.method.findData(SERVED_STREAM) < 0
+    panel.set_served(True)
+    panel.set_current(SERVED_STREAM)
+    assert panel.current() == SERVED_STREAM
+    panel.set_served(False)
+    assert panel.method.findData(SERVED_STREAM) < 0 and panel.current() == SAMPLING
+
+
+def test_a_served_step_shows_the_mass_outside_its_candidates_as_one_bar(qtbot, window):
+    from dataclasses import replace
+
+    from engine.records import RunStarted
+    from test_classroom import synthetic_step
+
+    step = replace(synthetic_step(0, n=20), other_p=0.31, entropy_lower_bound=True)
+    window.store.push(RunStarted(SAMPLING, "p", 3))
+    window.store.push(step)
+    window.drain()
+    window.views.redraw(busy=False)
+    rows = window.dist.rows
+    assert rows[-1][1].text == "(all other tokens)" and rows[-1][1].raw_prob == 0.31
+    assert "did not send" in window.dist.describe(len(rows) - 1)
+    assert "lower bound" in window.plots.dist_box.info.text()
+    clicked = []
+    window.dist.bar_clicked.connect(lambda *a: clicked.append(a))
+    assert window.dist.rows[-1][1].token_id == -1  # the "other" bar is not a token to choose
