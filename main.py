@@ -419,6 +419,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pick_rows(text: str) -> list[str]:
+    """The comparison rows named in ``text`` (names such as "plain, KV cache" hold commas, so
+    the known names are found, in the order given; what is left over is reported)."""
+    from engine.records import COMPARE_ROWS
+
+    found: list[tuple[int, str]] = []
+    rest = text
+    for row in sorted(COMPARE_ROWS, key=len, reverse=True):
+        at = rest.find(row)
+        if at >= 0:
+            found.append((at, row))
+            rest = rest[:at] + " " * len(row) + rest[at + len(row) :]
+    left = rest.replace(",", " ").replace(";", " ").split()
+    if left:
+        return [" ".join(left)]  # unknown: the comparison says which names exist
+    return [row for _at, row in sorted(found)]
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from engine import ModelLoadError, SamplerSettings
     from engine.catalog import open_model
@@ -438,7 +456,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(COMPARE_ROWS)
+    methods = _pick_rows(args.methods) if args.methods else list(COMPARE_ROWS)
     prompt = args.prompt or bundle.extra.get("example_prompt", "Once upon a time")
     try:
         ids = bundle.encode_prompt(

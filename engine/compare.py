@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,11 +139,18 @@ def compare_methods(
     prompt_ids: Sequence[int],
     settings: SamplerSettings,
     rows: Sequence[str] = COMPARE_ROWS,
+    progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> list[MethodResult]:
-    """``compare_iter``'s results as a list (``options``: its keyword arguments)."""
-    records = compare_iter(bundle, prompt_ids, settings, rows, **options)
-    return [r for r in records if isinstance(r, MethodResult)]
+    """``compare_iter``'s results as a list (``options``: its keyword arguments); its progress
+    lines go to ``progress`` when given."""
+    results = []
+    for record in compare_iter(bundle, prompt_ids, settings, rows, **options):
+        if isinstance(record, MethodResult):
+            results.append(record)
+        elif progress is not None:
+            progress(record.text)
+    return results
 
 
 def format_table(results: Sequence[MethodResult], baseline: str = ROW_PLAIN) -> str:

@@ -59,3 +59,20 @@ def test_compare_refuses_a_mismatched_draft_model():
             max_new_tokens=4,
             drafter=drafter,
         )
+
+
+def test_cli_compare_runs_and_prints_progress(tmp_path, capsys):
+    """`main.py compare` end to end on a saved tiny model (it once passed an argument the
+    comparison did not take)."""
+    import main
+
+    folder = tmp_path / "tiny"
+    tiny_llama(0).save_pretrained(folder)
+    ByT5Tokenizer().save_pretrained(folder)
+    code = main.cli(["compare", "--model", str(folder), "--prompt", "compare me",
+                     "--max-new-tokens", "6", "--methods", f"{ROW_PLAIN},{ROW_BEAM}",
+                     "--no-chat-template"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert ROW_PLAIN in out.out and ROW_BEAM in out.out
+    assert "Running" in out.err

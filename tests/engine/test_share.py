@@ -74,7 +74,8 @@ def test_share_page_embeds_the_run_safely(steps):
     assert "<" not in raw and ">" not in raw and "&" not in raw and "\u2028" not in raw
     data = json.loads(raw)
     assert data["model"] == "tiny-llama" and data["prompt"] == "Once <upon>"
-    assert data["settings"] == SETTINGS.to_dict() and data["method"] == SAMPLING
+    as_json = json.loads(json.dumps(SETTINGS.to_dict()))  # tuples arrive as lists
+    assert data["settings"] == as_json and data["method"] == SAMPLING
     assert [s["token"] for s in data["steps"]] == [s.token_str for s in steps]
     first = data["steps"][0]
     assert len(first["candidates"]) == DEFAULT_TOP_N

@@ -66,8 +66,9 @@ def test_method_panel_offers_stream_mode_only_for_a_served_model(qtbot, window):
 def test_a_served_step_shows_the_mass_outside_its_candidates_as_one_bar(qtbot, window):
     from dataclasses import replace
 
-    from engine.records import RunStarted
     from test_classroom import synthetic_step
+
+    from engine.records import RunStarted
 
     step = replace(synthetic_step(0, n=20), other_p=0.31, entropy_lower_bound=True)
     window.store.push(RunStarted(SAMPLING, "p", 3))
