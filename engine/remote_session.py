@@ -171,17 +171,27 @@ class RemoteSession(GenerationSession):
         logits = torch.full((1, size), -math.inf)  # [1, vocab]: the tail is unknown
         logits[0, cand] = torch.tensor([t.logprob for t in top], dtype=torch.float32)
         ids = torch.tensor([self.ids], dtype=torch.long) if self.sampler.uses_ids else None
+        # As in GenerationSession.step: the step's generator is seeded before the chain (XTC
+        # draws from it), stateful stages get their state, mirostat's mu is kept in the Step.
+        self._generator.manual_seed(step_seed(self.seed, len(self.history)))
+        prepare = getattr(self.sampler, "prepare", None)
+        if prepare is not None:
+            prepare(self._generator, self.mu)
         probs, cut = self.sampler.probs(ids, logits)  # [1, vocab]
         if forced is not None:
             token, source = forced, "forced"
         else:
-            self._generator.manual_seed(step_seed(self.seed, len(self.history)))
             token = int(self.sampler.pick(probs[0], self._generator))
             source = "greedy" if self.sampler.greedy else "sample"
         m = self._measure(top, probs[0], cut[0] if cut is not None else None, token)
         self._other = top_n_math([t.logprob for t in top]).other
         elapsed = time.perf_counter() - start
-        return self._append(m, elapsed, source, forced=forced is not None, fed=fed)
+        step = self._append(m, elapsed, source, forced=forced is not None, fed=fed)
+        next_mu = getattr(self.sampler, "next_mu", None)
+        mu = next_mu(m.prob) if next_mu is not None else None
+        if mu is not None:
+            step = self.history[-1] = replace(step, mu=mu)
+        return step
 
     def _measure(
         self, top: Sequence[Any], probs: torch.Tensor, cut: torch.Tensor | None, token: int
@@ -195,7 +205,14 @@ class RemoteSession(GenerationSession):
         entropy = float(-(kept * kept.log()).sum() / LN2) if kept.numel() else 0.0
         rank = ids.index(token) + 1 if token in ids else len(ids) + 1
         n = self.top_n
+        # What the stages report (penalties at the candidates, notes such as XTC's), as the
+        # local session reads them in engine.measure.
+        report = getattr(self.sampler, "report", None)
+        at_top, extra = report.tensors() if report is not None else ((), None)
+        top_ids = torch.tensor(ids[:n])
         return Measured(
+            top_extra=tuple(tuple(t[0, top_ids].double().tolist()) for t in at_top),
+            extra=tuple(extra.reshape(-1).double().tolist()) if extra is not None else (),
             token_id=token,
             raw_prob=math_.raw[rank - 1] if rank <= len(ids) else 0.0,
             prob=float(probs[token]) if token < probs.shape[0] else 0.0,

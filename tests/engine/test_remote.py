@@ -516,3 +516,27 @@ def test_cli_names_an_unreachable_server(monkeypatch, capsys):
     code = cli(["generate", "--server", "http://127.0.0.1:9", "--key-source", "none"])
     err = capsys.readouterr().err
     assert code == 1 and "error: Cannot reach the server at http://127.0.0.1:9" in err
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SamplerSettings(temperature=1.0, xtc_probability=0.5, xtc_threshold=0.05, seed=3),
+        SamplerSettings(temperature=1.0, mirostat=2, mirostat_tau=3.0, seed=3),
+    ],
+    ids=["xtc", "mirostat"],
+)
+def test_stateful_stages_run_in_explore_mode(model, settings):
+    """XTC draws from the step's generator and mirostat carries mu between steps: explore mode
+    feeds them as the local session does, and a replay with the same seed repeats the run.
+    (Their tokens can differ from the local engine's: both stages look at the tail, which
+    explore mode does not see.)"""
+    server = FakeServer(model)
+    remote = RemoteSession(client_for(server), PROMPT, settings)
+    steps = list(remote.stream(10))
+    again = RemoteSession(client_for(server), PROMPT, settings)
+    assert [s.token_id for s in again.stream(10)] == [s.token_id for s in steps]
+    assert len(steps) == 10 and all(s.source == "sample" for s in steps)
+    if settings.mirostat:
+        assert all(s.mu is not None for s in steps)
+        assert len({round(s.mu, 6) for s in steps}) > 1  # mu moves with each step's surprise
