@@ -33,7 +33,9 @@ vllm-env:
 	PYTHON=$(PYTHON) bash resources/remote/setup_vllm.sh $(VLLM_VENV)
 
 # The served-model tests against a real `vllm serve` on 127.0.0.1 (a few minutes on 2 cores).
-test-remote: $(STAMP) vllm-env
+test-remote: $(STAMP)
+	@# A machine vLLM's CPU build cannot run on: the set-up says why, and the tests skip.
+	-PYTHON=$(PYTHON) bash resources/remote/setup_vllm.sh $(VLLM_VENV) || echo "vLLM set-up failed (above): the served-model tests will skip and say why"
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 DECODING_LAB_VLLM_VENV=$(VLLM_VENV) \
 		$(PY) -m pytest -q -m remote tests/remote
 
