@@ -374,6 +374,13 @@ class RemoteBundle(ModelBundle):
         return RemoteSession(self.client, ids, request.settings, **common)
 
 
+def served_key(url: str, model: str, key_source: Any) -> str:
+    """The source string the window remembers a served model by (gui.widgets.served_dialog
+    reads it back): where the key comes from, never the key."""
+    kind = getattr(key_source, "kind", None) or "none"
+    return f"served|{kind}|{model}|{url.rstrip('/')}"
+
+
 def open_served(
     url: str,
     model: str | None = None,
@@ -407,7 +414,8 @@ def open_served(
         model=None, tokenizer=tok, kind=DECODER_ONLY, device=torch.device("cpu"),  # type: ignore[arg-type]
         dtype=torch.float32, name=f"{client.model} @ {client.host}", source=client.base_url,
         context_length=context, eos_token_ids=eos, extra={"served": True},
-        source_key=f"{client.base_url}#{client.model}", client=client, n_logprobs=n_logprobs,
+        source_key=served_key(client.base_url, client.model, key_source), client=client,
+        n_logprobs=n_logprobs,
         key_source=key_source,
     )  # fmt: skip
 
