@@ -182,16 +182,7 @@ def format_table(results: Sequence[MethodResult], baseline: str = ROW_PLAIN) -> 
                 "yes" if r.identical_to_greedy else "no",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    ]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+    return _table(rows)
 
 
 def compare_served(

@@ -37,7 +37,7 @@ from engine.errors import EmptyPromptError
 from engine.measure import Measured
 from engine.models import DECODER_ONLY, ModelBundle
 from engine.prompt import as_id_list
-from engine.records import KEEP_FULL, SAMPLING, SERVED_STREAM, Candidate, Step, lighten_old
+from engine.records import KEEP_FULL, SAMPLING, SERVED_STREAM, Candidate, Step
 from engine.remote import KeySource, RemoteClient, ServedToken, ServerTokenizer
 from engine.session import GenerationSession, RunClock, SessionBase, step_seed
 from engine.settings import DEFAULT_SETTINGS, SamplerSettings
@@ -330,15 +330,6 @@ class RemoteStreamSession(SessionBase):
         )  # fmt: skip
         self._add(step)
         return step
-
-    def _add(self, step: Step) -> None:
-        self.ids.append(step.token_id)
-        self.history.append(step)
-        lighten_old(self.history, 1, self.keep_candidates)
-        if step.is_eos:
-            self.finished, self.stop_reason = True, "eos"
-        elif self.max_context is not None and len(self.ids) >= self.max_context:
-            self.finished, self.stop_reason = True, "context"
 
 
 # -- the served model as the window and the workbench see it ---------------------------------
