@@ -130,3 +130,20 @@ def open_model(
     if source in BUNDLED:
         return load_bundled(source, device=device, dtype=dtype, progress=progress)
     return load_model(source, device=device, dtype=dtype, progress=progress)
+
+
+# A model served elsewhere, as a source string the window can remember: where the API key comes
+# from ("none", "env", "keyring"), never the key itself.
+SERVED_PREFIX = "served|"
+
+
+def served_source(url: str, model: str, key_kind: str) -> str:
+    return f"{SERVED_PREFIX}{key_kind}|{model}|{url.strip().rstrip('/')}"
+
+
+def parse_served(source: str) -> tuple[str, str, str] | None:
+    """(url, model, key kind) of a served source; None for any other source."""
+    if not source.startswith(SERVED_PREFIX):
+        return None
+    key_kind, model, url = source[len(SERVED_PREFIX) :].split("|", 2)
+    return url, model, key_kind

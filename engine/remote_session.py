@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from engine.catalog import served_source
 from engine.errors import EmptyPromptError
 from engine.measure import Measured
 from engine.models import DECODER_ONLY, ModelBundle
@@ -365,13 +366,6 @@ class RemoteBundle(ModelBundle):
         return RemoteSession(self.client, ids, request.settings, **common)
 
 
-def served_key(url: str, model: str, key_source: Any) -> str:
-    """The source string the window remembers a served model by (gui.widgets.served_dialog
-    reads it back): where the key comes from, never the key."""
-    kind = getattr(key_source, "kind", None) or "none"
-    return f"served|{kind}|{model}|{url.rstrip('/')}"
-
-
 def open_served(
     url: str,
     model: str | None = None,
@@ -401,11 +395,12 @@ def open_served(
         client.close()
         raise
     eos = _eos_ids(tokenizer or client.model, tok)
+    key_kind = key_source.kind if key_source is not None else "none"
     return RemoteBundle(
         model=None, tokenizer=tok, kind=DECODER_ONLY, device=torch.device("cpu"),  # type: ignore[arg-type]
         dtype=torch.float32, name=f"{client.model} @ {client.host}", source=client.base_url,
         context_length=context, eos_token_ids=eos, extra={"served": True},
-        source_key=served_key(client.base_url, client.model, key_source), client=client,
+        source_key=served_source(client.base_url, client.model, key_kind), client=client,
         n_logprobs=n_logprobs,
         key_source=key_source,
     )  # fmt: skip

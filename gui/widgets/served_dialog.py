@@ -17,25 +17,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-SERVED_PREFIX = "served|"
+from engine.catalog import parse_served, served_source
+
 KEY_KINDS = {
     "none": "No key (a server started without --api-key)",
     "env": "The environment variable DECODING_LAB_API_KEY",
     "keyring": "The system keychain (service decoding-lab, user: the host)",
 }
-
-
-def served_source(url: str, model: str, key_kind: str) -> str:
-    """A served model as a model source string (safe to remember: it holds no key)."""
-    return f"{SERVED_PREFIX}{key_kind}|{model}|{url.strip().rstrip('/')}"
-
-
-def parse_served(source: str) -> tuple[str, str, str] | None:
-    """(url, model, key kind) of a served source; None for any other source."""
-    if not source.startswith(SERVED_PREFIX):
-        return None
-    key_kind, model, url = source[len(SERVED_PREFIX) :].split("|", 2)
-    return url, model, key_kind
 
 
 def served_title(source: str) -> str:
