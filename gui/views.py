@@ -4,6 +4,8 @@ timer calls ``apply`` with each drained ``Change``; nothing here runs on the wor
 
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 from PySide6.QtWidgets import QLabel
 
@@ -34,8 +36,10 @@ def speed_text(
     """The speed as the plot's title and the status bar both say it: decode rate (or the paced
     rate the class sees), time per token, and the time to the first token on its own."""
     last = steps[-1]
-    decode = [s.step_time for s in steps if not s.prefill and s.step_time > 0]
-    per_token = f" · {1000 * sum(decode[-20:]) / len(decode[-20:]):.0f} ms/token" if decode else ""
+    # the last 20 decode steps, walked from the end (a long run is not re-read at each redraw)
+    newest = (s.step_time for s in reversed(steps) if not s.prefill and s.step_time > 0)
+    decode = list(islice(newest, 20))
+    per_token = f" · {1000 * sum(decode) / len(decode):.0f} ms/token" if decode else ""
     first = next((s for s in steps if s.prefill), None)
     ttft = summary.first_token_s if summary is not None else None
     if ttft is None and first is not None:
