@@ -201,18 +201,28 @@ class StaticStepper:
         graph.replay()
         return out.clone()  # the next replay overwrites the graph's buffer
 
+    def needs_warm_up(self, length: int = 0) -> bool:
+        """Whether ``warm_up(length)`` would compile or capture (False when graphs are off, or
+        a graph is ready at a capacity that holds ``length`` tokens)."""
+        if not self.graphs:
+            return False
+        ready = self._graph is not None and self._graph[0] == self.cache.capacity
+        return not ready or length > self.cache.capacity
+
     @torch.inference_mode()
-    def warm_up(self) -> bool:
+    def warm_up(self, length: int = 0) -> bool:
         """Compile and capture now (seconds to a minute on first use), so that the first
-        token does not pause: call it from the worker thread with a progress line. The dummy
-        token goes to the first free position, which is masked until a real token overwrites
-        it. True when a graph is ready."""
+        token does not pause: call it from the worker thread with a progress line. ``length``:
+        the tokens about to be fed (the prompt), so that the graph is captured at the capacity
+        they need rather than again after the prompt. The dummy token goes to the first free
+        position, which is masked until a real token overwrites it. True when a graph is
+        ready."""
         if not self.graphs:
             return False
         position = len(self.cache)
         if position >= self.max_len:
             return False
-        self.cache.ensure(position + 1)
+        self.cache.ensure(min(self.max_len, max(position + 1, length + 1)))
         return self._decode_graphed(0, position) is not None
 
     @torch.inference_mode()

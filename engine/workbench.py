@@ -27,6 +27,7 @@ from engine.records import (
     SPEC_DRAFT,
     SPEC_NGRAM,
     ChoiceHistory,
+    Progress,
     RunStarted,
     Step,
 )
@@ -73,6 +74,32 @@ def live(session: Any, records: Iterator[Any], settings: bool = True) -> Action:
     finally:
         records.close()  # type: ignore[attr-defined] - a generator; marks a stopped run
     yield session.summary()
+
+
+def _steppers(session: Any) -> list[Any]:
+    """The steppers a session decodes with that can be warmed up (a ``StaticStepper`` on
+    CUDA): the model's, and a draft model's."""
+    drafter = getattr(session, "drafter", None)
+    found = [getattr(session, "stepper", None), getattr(drafter, "stepper", None)]
+    return [s for s in found if hasattr(s, "needs_warm_up")]
+
+
+def prepared(session: Any, records: Iterator[Any]) -> Iterator[Any]:
+    """``records``, after the GPU decode step is compiled and captured for the tokens the
+    session holds (``StaticStepper.warm_up``; seconds to a minute, once per model and cache
+    size): a ``Progress`` line while that runs, one more saying why when it falls back to
+    the step without CUDA graphs. Nothing happens for other steppers (CPU, ``model.forward``)."""
+    length = len(getattr(session, "ids", ()))
+    for stepper in _steppers(session):
+        if not stepper.needs_warm_up(length):
+            continue
+        yield Progress(
+            "Preparing the GPU decode step: compiling and capturing it (once per model and "
+            "cache size)..."
+        )
+        if not stepper.warm_up(length) and stepper.fallback:
+            yield Progress(f"GPU decode step without CUDA graphs: {stepper.fallback}")
+    yield from records
 
 
 class Workbench:
@@ -136,7 +163,7 @@ class Workbench:
             chat_template=request.chat_template,
         )  # fmt: skip
         yield from live(
-            session, session.stream(request.limit),
+            session, prepared(session, session.stream(request.limit)),
             settings=request.method not in (*BEAMS, SERVED_STREAM),
         )  # fmt: skip
         yield self._choices()
@@ -160,7 +187,7 @@ class Workbench:
         self.session = session
         if session.finished:
             raise ValueError("The saved run had ended: click a token to branch, or Generate.")
-        yield from live(session, session.stream(limit))
+        yield from live(session, prepared(session, session.stream(limit)))
         yield self._choices()
 
     def proceed(self, settings: SamplerSettings, limit: int | None = None) -> Action:
@@ -171,7 +198,7 @@ class Workbench:
         if session.method in BEAMS:
             raise ValueError("A beam search cannot be continued: Generate again.")
         session.settings = settings
-        yield from live(session, session.stream(limit))
+        yield from live(session, prepared(session, session.stream(limit)))
 
     def branch(
         self, step_index: int, token_id: int, settings: SamplerSettings, limit: int | None
@@ -185,7 +212,7 @@ class Workbench:
             )
         session.settings = settings
         yield session.branch(step_index, token_id)
-        yield from live(session, session.stream(limit))
+        yield from live(session, prepared(session, session.stream(limit)))
         yield self._choices()
 
     def undo(self) -> Action:
