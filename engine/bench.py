@@ -120,6 +120,32 @@ def matvec_bandwidth(device: torch.device, dtype: torch.dtype, mbytes: int = 512
     return best
 
 
+def matrix_products_alone(stepper: Any, rounds: int = 3) -> float | None:
+    """Seconds per token of a fast-path stepper's matrix products alone (every layer's fused
+    q/k/v, output, up and down products and the head, with the stepper's own weights and
+    kernel), best of ``rounds``: the floor under a token on this machine, whatever else the
+    step does. None for a stepper without the fast path's weights."""
+    layers, head = getattr(stepper, "layers", None), getattr(stepper, "lm_head", None)
+    spec = getattr(stepper, "spec", None)
+    if layers is None or head is None or spec is None:
+        return None
+    from engine.fastpath import Spec
+
+    weights = [layer[s] for layer in layers for s in Spec.MATRIX_SLOTS] + [head]
+    plain = [layer[s] for layer in spec.layers for s in Spec.MATRIX_SLOTS] + [spec.lm_head]
+    inputs = [torch.randn(1, w.shape[-1], dtype=stepper.dtype, device=stepper.device)
+              for w in plain]  # fmt: skip
+    onednn = bool(getattr(stepper, "onednn", False))
+
+    def once() -> None:
+        with torch.inference_mode():
+            for x, w in zip(inputs, weights, strict=True):
+                linear(x, w, onednn)
+
+    once()
+    return min(timed(stepper.device, once)[1] for _ in range(rounds))
+
+
 def llama_cpp_rates(gguf: str, ids: list[int], n: int) -> dict[str, float] | None:
     """llama-cpp-python on the same GGUF file and prompt ids, greedy, ``n`` new tokens (end of
     sequence suppressed, as in our runs): with the top-20 log-probabilities per token, and
@@ -239,6 +265,13 @@ def dtype_section(
              "decode", "matvec"))  # fmt: skip
     say(f"   weights read per token {need / 1e6:.0f} MB; bandwidth limit {bw / need:.1f} tok/s")
     out.update(bandwidth_gbs=bw / 1e9, weight_mb=need / 1e6, limit_tok_s=bw / need)
+    floor = matrix_products_alone(fast_session.stepper)
+    if floor is not None:
+        # what the kernels at this model's own shapes allow: the rest of a token is ours
+        say(f"   the step's matrix products alone: {floor * 1e3:.1f} ms/token "
+            f"({need / floor / 1e9:.1f} GB/s, {need / floor / bw:.2f} of matvec); a whole "
+            f"token {1e3 / fast:.1f} ms; nothing but them: {1 / floor / hf:.2f}x HF")  # fmt: skip
+        out.update(matmul_ms=floor * 1e3, matmul_gbs=need / floor / 1e9)
     return out, fast_session
 
 

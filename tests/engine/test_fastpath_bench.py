@@ -63,3 +63,27 @@ def test_family_configs_build_and_take_the_fast_path(name):
     from engine.fastpath import FAMILIES
 
     assert cfg.model_type in FAMILIES
+
+
+def test_matrix_products_alone_times_the_steppers_own_products():
+    from engine.fastpath import FastStepper
+    from tiny_models import tiny_llama
+
+    stepper = FastStepper(tiny_llama())
+    calls = []
+    real = bench.linear
+
+    def counting(x, w, onednn):
+        calls.append((tuple(x.shape), tuple(w.shape) if w.dim() == 2 else None))
+        return real(x, w, onednn)
+
+    bench.linear = counting
+    try:
+        secs = bench.matrix_products_alone(stepper, rounds=2)
+    finally:
+        bench.linear = real
+    per_token = 4 * len(stepper.layers) + 1  # qkv, o, up, down per layer, and the head
+    assert secs is not None and secs > 0
+    assert len(calls) == 3 * per_token  # a warm-up and two rounds
+    assert all(x[0] == 1 for x, _ in calls)
+    assert bench.matrix_products_alone(object()) is None
