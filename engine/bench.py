@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from engine.device import timed
-from engine.fastpath import linear
+from engine.fastpath import FastStepper, linear
 from engine.models import ModelBundle
 from engine.session import GenerationSession
 from engine.settings import SamplerSettings
@@ -489,6 +489,11 @@ def family_section(
         say(f"   same {new_tokens} tokens as generate: {'yes' if same else 'NO'}; load "
             f"{os.getloadavg()[0]:.2f}")  # fmt: skip
         results[name] = {"ours": best["ours"], "hf": best["hf"], "identical": same}
+        floor = matrix_products_alone(FastStepper(model)) if device == "cpu" else None
+        if floor is not None:
+            say(f"   matrix products alone {floor * 1e3:.0f} ms/token of {1e3 / best['ours']:.0f}:"
+                f" nothing but them would be {1 / floor / best['hf']:.2f}x HF")  # fmt: skip
+            results[name]["matmul_ms"] = floor * 1e3
         del model
     return results
 

@@ -87,3 +87,17 @@ def test_matrix_products_alone_times_the_steppers_own_products():
     assert len(calls) == 3 * per_token  # a warm-up and two rounds
     assert all(x[0] == 1 for x, _ in calls)
     assert bench.matrix_products_alone(object()) is None
+
+
+def test_family_section_prints_the_ratio_the_tokens_check_and_the_floor(monkeypatch):
+    from tiny_models import tiny_llama
+
+    monkeypatch.setattr(bench, "family_model", lambda name, dtype: tiny_llama(vocab=6000))
+    said: list[str] = []
+    results = bench.family_section(said.append, new_tokens=3, names=["Tiny"])
+    assert said[0].startswith("8. Tiny (llama), float32") and "x   ours" in said[0]
+    assert "same 3 tokens as generate: yes" in said[1]
+    assert said[2].startswith("   matrix products alone") and "x HF" in said[2]
+    figures = results["Tiny"]
+    assert figures["identical"] and figures["ours"] > 0 and figures["hf"] > 0
+    assert figures["matmul_ms"] > 0
