@@ -48,19 +48,43 @@ class DynamicKV(KVCache):
 
     def __init__(self, model: torch.nn.Module, encoder_decoder: bool) -> None:
         super().__init__()
+        self._fresh = lambda: self._new_store(model, encoder_decoder)
+        self.store: Any = self._fresh()
+
+    @staticmethod
+    def _new_store(model: torch.nn.Module, encoder_decoder: bool) -> Any:
         from transformers import DynamicCache, EncoderDecoderCache
 
-        self.store: Any = (
-            EncoderDecoderCache(DynamicCache(), DynamicCache())
-            if encoder_decoder
-            else DynamicCache(config=model.config)
+        if encoder_decoder:
+            return EncoderDecoderCache(DynamicCache(), DynamicCache())
+        return DynamicCache(config=model.config)
+
+    def _windows_full(self) -> bool:
+        """Whether a sliding-window layer has dropped keys already (transformers keeps only
+        the last window there), so that the cache cannot go back."""
+        store = getattr(self.store, "self_attention_cache", self.store)
+        return any(
+            getattr(layer, "sliding_window", None)
+            and not getattr(layer, "record_past", False)
+            and layer.get_seq_length() >= layer.sliding_window
+            for layer in getattr(store, "layers", ())
         )
+
+    def reusable(self, ids: Sequence[int], keep: int = 1) -> int:
+        n = super().reusable(ids, keep)
+        return 0 if n < len(self.ids) and self._windows_full() else n
 
     def crop(self, length: int) -> None:
         length = max(0, length)
         if len(self.ids) > length:
-            # transformers 5: crop() takes the (negative) number of positions to remove.
-            self.store.crop(length - len(self.ids))
+            try:
+                # transformers 5: crop() takes the (negative) number of positions to remove.
+                self.store.crop(length - len(self.ids))
+            except RuntimeError:
+                # a sliding-window layer past its window cannot go back (Mistral, Gemma,
+                # Qwen2 with windows on model.forward): start again; the stepper then feeds
+                # every id, so a branch costs a full pass but is right
+                self.store, length = self._fresh(), 0
             super().crop(length)
 
 

@@ -72,6 +72,28 @@ def test_branching_on_the_fast_path_matches_generate_from_the_branch(family):
     assert session.stepper.forward_passes - passes == 14  # nothing recomputed
 
 
+@pytest.mark.parametrize("family", ["mistral", "qwen2-sliding", "gemma2", "gemma3"])
+def test_model_forward_branches_back_past_a_full_sliding_window(family):
+    """transformers' sliding-window cache layers keep only the last window and refuse to
+    crop back once it is full; on model.forward a branch there starts the cache again (one
+    full pass) and still equals generate from the branch."""
+    model = tiny(family)
+    session = _session(model, 20, fast=False)
+    assert isinstance(session.stepper, ModelStepper)
+    list(session.stream())  # 26 positions: past the windows of 8
+    passes = session.stepper.forward_passes
+    session.branch(3, 42)
+    list(session.stream(10))
+    branched = session.generated_ids
+    assert branched[3] == 42
+    assert branched[4:] == _generate(model, PROMPT + branched[:4], len(branched) - 4)
+    assert session.stepper.forward_passes - passes == 10  # the branch's pass fed every id
+    # cropping before the window is full keeps the cache (no full pass)
+    short = _session(model, 1, fast=False)
+    list(short.stream())  # the cache holds the prompt: 6 positions, window 8
+    assert short.stepper.cache.reusable(PROMPT[:5] + [99]) == 5
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_speculative_verification_on_the_fast_path_equals_plain_greedy(family):
     model = tiny(family)
