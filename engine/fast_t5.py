@@ -166,7 +166,10 @@ def supports_t5(model: torch.nn.Module) -> str | None:
         return "decoder without a relative position bias in its first layer"
     if any(b.layer[0].SelfAttention.has_relative_attention_bias for b in blocks[1:]):
         return "a relative position bias in every layer"
-    dtypes = {p.dtype for p in decoder.parameters()} | {model.lm_head.weight.dtype}
+    head = model.get_output_embeddings()
+    if head is None:
+        return "no language-model head"
+    dtypes = {p.dtype for p in decoder.parameters()} | {head.weight.dtype}
     if len(dtypes) > 1:  # e.g. wo kept in float32 by from_pretrained (_keep_in_fp32_modules)
         return f"mixed weight dtypes {sorted(str(d) for d in dtypes)}"
     return None
@@ -216,6 +219,7 @@ class T5FastStepper:
             raise EmptyPromptError("The encoder input is empty: type a prompt first.")
         cfg = model.config
         self.model = model
+        self.family = str(cfg.model_type)
         decoder = model.decoder
         embed = decoder.embed_tokens.weight
         self.device, self.dtype = embed.device, embed.dtype
