@@ -208,3 +208,18 @@ def test_the_slow_and_uncached_paths_stay_model_forward():
     model = tiny("t5-relu-tied")
     assert isinstance(make_stepper(model, ENC, fast=False), ModelStepper)
     assert isinstance(make_stepper(model, ENC, use_cache=False, fast=True), ModelStepper)
+
+
+@pytest.mark.parametrize("draft_seed", [0, 1])  # 0: drafts all accepted; 1: many rejected
+def test_speculative_decoding_runs_both_models_on_the_t5_step_and_equals_generate(draft_seed):
+    from engine.speculative import ModelDrafter, SpeculativeSession
+
+    target, draft = tiny("t5-relu-tied"), tiny("t5-relu-tied", seed=draft_seed)
+    drafter = ModelDrafter(draft, ENC, fast=True)
+    spec = SpeculativeSession(
+        target, ENC, drafter, SamplerSettings(temperature=0), eos_token_ids=[], gamma=3, fast=True
+    )
+    assert isinstance(spec.stepper, T5FastStepper) and isinstance(drafter.stepper, T5FastStepper)
+    assert spec.run(N) == _generate(target, N)  # the target verifies several tokens per pass
+    if draft_seed == 0:
+        assert spec.stepper.forward_passes <= N // 2
