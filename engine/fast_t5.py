@@ -172,6 +172,8 @@ def supports_t5(model: torch.nn.Module) -> str | None:
     dtypes = {p.dtype for p in decoder.parameters()} | {head.weight.dtype}
     if len(dtypes) > 1:  # e.g. wo kept in float32 by from_pretrained (_keep_in_fp32_modules)
         return f"mixed weight dtypes {sorted(str(d) for d in dtypes)}"
+    if torch.float16 in dtypes:  # transformers clamps T5's float16 hidden states; this does not
+        return "float16 (T5's overflow clamping)"
     return None
 
 

@@ -204,6 +204,14 @@ def test_an_unsupported_encoder_decoder_uses_model_forward_with_one_log_line(cap
     assert len(lines) == 1 and lines[0].startswith("fast path off:") and "model.forward" in lines[0]
 
 
+def test_float16_and_mixed_dtypes_are_refused():
+    assert "float16" in supports_t5(tiny("t5-relu-tied").half())
+    model = tiny("flan-gated-gelu-untied").to(torch.bfloat16)
+    model.decoder.block[0].layer[2].DenseReluDense.wo.float()  # as _keep_in_fp32_modules does
+    assert "mixed" in supports_t5(model)
+    assert isinstance(make_stepper(model, ENC, fast=True), ModelStepper)
+
+
 def test_the_slow_and_uncached_paths_stay_model_forward():
     model = tiny("t5-relu-tied")
     assert isinstance(make_stepper(model, ENC, fast=False), ModelStepper)
