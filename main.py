@@ -516,6 +516,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run_engine_bench,
         run_gpu_bench,
         static_cpu_section,
+        t5_section,
     )
     from engine.catalog import open_model
 
@@ -531,6 +532,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     figures: dict = {}
     if args.families:
         figures["families"] = family_section(say, args.family_tokens)
+        figures["t5"] = t5_section(say, args.family_tokens)
         figures["static_cpu"] = static_cpu_section(say, new_tokens=args.family_tokens)
         if args.json:
             with open(args.json, "w") as f:
@@ -539,6 +541,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
     figures["engine"] = run_engine_bench(bundle, say, args.new_tokens)
     figures["families"] = family_section(say, args.family_tokens)
+    figures["t5"] = t5_section(say, args.family_tokens)
     if not args.skip_gui:
         from gui.bench import run_gui_bench, run_startup_bench
 

@@ -8,6 +8,7 @@ common prefix and feeds the rest; nothing is recomputed.
 * ``ModelStepper``: transformers' ``model.forward`` for any decoder-only or encoder-decoder
   model, with or without a cache. The encoder runs once, here.
 * ``engine.fastpath.FastStepper``: a lean path for the families it knows (TorchScript).
+* ``engine.fast_t5.T5FastStepper``: the same for the decoder of T5 encoder-decoder models.
 * ``engine.static_step.StaticStepper``: the same step over a fixed-capacity cache, compiled
   and replayed from a CUDA graph on a GPU.
 
@@ -24,6 +25,7 @@ import torch
 
 from engine.device import model_device
 from engine.errors import EmptyPromptError
+from engine.fast_t5 import t5_stepper_or_none
 from engine.fastpath import fast_stepper_or_none
 from engine.kvcache import DynamicKV, KVCache
 from engine.records import Progress
@@ -138,7 +140,12 @@ def make_stepper(
 ) -> Stepper:
     """The fast path when asked for and the model's family has one, else ``ModelStepper``. On
     CUDA the static step (compiled, decode tokens replayed from a CUDA graph); elsewhere, or
-    when that is unavailable, the TorchScript step."""
+    when that is unavailable, the TorchScript step. An encoder-decoder model gets the T5 step
+    when it is a T5 that path knows."""
+    if fast and use_cache and encoder_input_ids:
+        t5 = t5_stepper_or_none(model, encoder_input_ids, max_len=max_len)
+        if t5 is not None:
+            return t5
     if fast and use_cache and not encoder_input_ids:
         stepper: Stepper | None = None
         if model_device(model).type == "cuda":
