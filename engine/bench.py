@@ -570,7 +570,7 @@ def _t5_side_by_side(
 def t5_section(
     say: Callable[[str], None], new_tokens: int = 32, names: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """9. T5 encoder-decoder models: our T5 step (top-20 per step), our old path
+    """10. T5 encoder-decoder models: our T5 step (top-20 per step), our old path
     (model.forward) and transformers.generate, greedy from a 16-id encoder input, warmed up and
     alternated, best of three; the encoder runs once in each."""
     results: dict[str, Any] = {}
@@ -580,7 +580,7 @@ def t5_section(
         enc = [(37 * i + 11) % (vocab - 10) + 5 for i in range(16)]
         best, tokens = _t5_side_by_side(model, enc, new_tokens)
         same = tokens["ours"] == tokens["hf"]
-        say(line(f"9. {name} ({model.config.model_type}), float32", best["ours"], best["hf"],
+        say(line(f"10. {name} ({model.config.model_type}), float32", best["ours"], best["hf"],
                  "tok/s", "ours", "HF"))  # fmt: skip
         say(line("   vs our old path (model.forward)", best["ours"], best["old"], "tok/s",
                  "ours", "old"))  # fmt: skip

@@ -109,7 +109,7 @@ def test_t5_section_prints_both_ratios_and_the_tokens_check(monkeypatch):
     monkeypatch.setattr(bench, "t5_model", lambda name: tiny_t5())
     said: list[str] = []
     results = bench.t5_section(said.append, new_tokens=3, names=["Tiny"])
-    assert said[0].startswith("9. Tiny (t5), float32") and "x   ours" in said[0]
+    assert said[0].startswith("10. Tiny (t5), float32") and "x   ours" in said[0]
     assert "x   ours" in said[1] and "old" in said[1]
     assert "same 3 tokens as generate: yes" in said[2]
     figures = results["Tiny"]
