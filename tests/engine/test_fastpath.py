@@ -7,7 +7,7 @@ from engine import GenerationSession, SamplerSettings
 from engine.fastpath import FastPathUnsupported, LlamaFastStepper, fast_stepper_or_none
 from engine.speculative import NGramDrafter, SpeculativeSession
 from engine.stepper import ModelStepper
-from tiny_models import tiny_llama, tiny_t5
+from tiny_models import tiny_bart, tiny_llama, tiny_t5
 
 PROMPT = [5, 17, 33, 90, 41, 7]
 
@@ -70,9 +70,11 @@ def test_other_architectures_fall_back():
     assert fast_stepper_or_none(model) is None
     with pytest.raises(FastPathUnsupported):
         LlamaFastStepper(model)
+    # an encoder-decoder with no fast step of its own (T5 has one: tests/engine/test_t5_fast.py)
     session = GenerationSession(
-        model, PROMPT, SamplerSettings(temperature=0, max_new_tokens=3), eos_token_ids=[], fast=True
-    )
+        tiny_bart(), PROMPT, SamplerSettings(temperature=0, max_new_tokens=3), eos_token_ids=[],
+        fast=True,
+    )  # fmt: skip
     assert not session.fast and len(list(session.stream())) == 3
 
 
