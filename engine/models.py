@@ -308,14 +308,43 @@ def converted_gguf(path: Path, dtype: torch.dtype, say: Callable[[str], None] = 
     final = gguf_cache_folder(path, dtype)
     if _cache_is_complete(final):
         return final
+    from filelock import FileLock, Timeout
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    # Two processes (two windows, the app and a test run) may open the same file at once: one
+    # converts, the other waits here and then finds the cache complete.
+    lock = FileLock(str(final.parent / f".{final.name}.lock"))  # released if a process dies
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        say("Another Decoding Lab process is converting this model: waiting for it")
+        try:
+            lock.acquire(timeout=CONVERT_WAIT_S, poll_interval=0.2)
+        except Timeout as exc:
+            raise ModelLoadError(
+                f"Another process has been converting {path.name} for over {CONVERT_WAIT_S} s; "
+                "try again when it has finished."
+            ) from exc
+    try:
+        return _convert_gguf(path, dtype, final, say)
+    finally:
+        lock.release()
+
+
+CONVERT_WAIT_S = 600  # how long a second process waits for another's GGUF conversion
+
+
+def _convert_gguf(path: Path, dtype: torch.dtype, final: Path, say: Callable[[str], None]) -> Path:
+    """The conversion itself, under the cache folder's lock."""
+    if _cache_is_complete(final):  # another process converted it while this one waited
+        return final
     if final.exists():
         say("The cached conversion is incomplete: rebuilding it")
         shutil.rmtree(final, ignore_errors=True)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".tmp-{final.name}-*"):
+    for stale in final.parent.glob(f".tmp-{final.name}-*"):  # left by a process that died
         shutil.rmtree(stale, ignore_errors=True)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
     say("Converting the GGUF file once (about 20 s); later starts load the cache")
