@@ -292,13 +292,7 @@ class T5FastStepper:
     def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
         """Same contract as ModelStepper.logits: ``ids`` is the decoder sequence (start id
         first) -> [keep, vocab] float32."""
-        if len(ids) < keep:
-            raise ValueError(f"need at least {keep} ids, got {len(ids)}")
-        if len(ids) > self.max_len:
-            raise ValueError(f"{len(ids)} tokens exceed the fast path's limit of {self.max_len}")
-        start = self.cache.reusable(ids, keep)
-        self.cache.crop(start)
-        new = list(ids[start:])
+        start, new = self.cache.take(ids, keep, self.max_len, "the fast path's limit")
         end = start + len(new)
         k_all, v_all = self.cache.ensure(end)
         logits = self._forward(

@@ -654,13 +654,7 @@ class FastStepper:
     @torch.inference_mode()
     def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
         """Same contract as ModelStepper.logits: [keep, vocab] float32."""
-        if len(ids) < keep:
-            raise ValueError(f"need at least {keep} ids, got {len(ids)}")
-        if len(ids) > self.max_len:
-            raise ValueError(f"{len(ids)} tokens exceed the model's context of {self.max_len}")
-        start = self.cache.reusable(ids, keep)
-        self.cache.crop(start)
-        new = list(ids[start:])
+        start, new = self.cache.take(ids, keep, self.max_len)
         end = start + len(new)
         k_all, v_all = self.cache.ensure(end)
         logits = self._forward(

@@ -39,6 +39,20 @@ class KVCache:
         """Forget the positions at and after ``length``."""
         del self.ids[max(0, length) :]
 
+    def take(
+        self, ids: Sequence[int], keep: int, limit: int, what: str = "the model's context"
+    ) -> tuple[int, list[int]]:
+        """A stepper is about to run ``ids`` for the logits of their last ``keep``: check them
+        (against ``limit``, named ``what`` in the message), forget the cached positions that
+        no longer match, and return the first position to feed and the ids to feed."""
+        if len(ids) < keep:
+            raise ValueError(f"need at least {keep} ids, got {len(ids)}")
+        if len(ids) > limit:
+            raise ValueError(f"{len(ids)} tokens exceed {what} of {limit}")
+        self.crop(self.reusable(ids, keep))
+        start = len(self)
+        return start, list(ids[start:])
+
     def extend(self, new: Sequence[int]) -> None:
         self.ids.extend(new)
 

@@ -228,13 +228,7 @@ class StaticStepper:
     @torch.inference_mode()
     def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
         """Same contract as ModelStepper.logits: [keep, vocab] float32."""
-        if len(ids) < keep:
-            raise ValueError(f"need at least {keep} ids, got {len(ids)}")
-        if len(ids) > self.max_len:
-            raise ValueError(f"{len(ids)} tokens exceed the model's context of {self.max_len}")
-        start = self.cache.reusable(ids, keep)
-        self.cache.crop(start)
-        new = list(ids[start:])
+        start, new = self.cache.take(ids, keep, self.max_len)
         self.cache.ensure(start + len(new))  # may grow: a new capacity
         out: torch.Tensor | None = None
         if self.graphs and len(new) == 1 and keep == 1:
