@@ -432,40 +432,51 @@ def alternate(runs: dict[str, Callable[[], float]], rounds: int = 2) -> dict[str
     return best
 
 
-def _session_rate(model: torch.nn.Module, ids: list[int], n: int) -> tuple[float, list[int]]:
+def _session_rate(
+    model: torch.nn.Module, ids: list[int], n: int, fast: bool = True
+) -> tuple[float, list[int]]:
+    """Our session, greedy, top-20 per step (``ids``: the prompt, or an encoder-decoder's
+    encoder input)."""
     settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
-    session = GenerationSession(model, ids, settings, eos_token_ids=[], top_n=20, fast=True)
+    session = GenerationSession(model, ids, settings, eos_token_ids=[], top_n=20, fast=fast)
     device = next(model.parameters()).device
     _, secs = timed(device, lambda: list(session.stream()))
     return n / secs, session.generated_ids
 
 
 def _generate_rate(model: torch.nn.Module, ids: list[int], n: int) -> tuple[float, list[int]]:
+    """transformers.generate, greedy; the new tokens (after the prompt, or after an
+    encoder-decoder's decoder start id)."""
     device = next(model.parameters()).device
     x = torch.tensor([ids], device=device)
     kwargs = dict(attention_mask=torch.ones_like(x), do_sample=False, eos_token_id=None)
     out, secs = timed(
-        device, lambda: model.generate(x, max_new_tokens=n, min_new_tokens=n, **kwargs)
+        device, lambda: model.generate(input_ids=x, max_new_tokens=n, min_new_tokens=n, **kwargs)
     )
-    return n / secs, out[0, len(ids) :].tolist()
+    skip = 1 if model.config.is_encoder_decoder else len(ids)
+    return n / secs, out[0, skip:].tolist()
 
 
 def side_by_side(
-    model: torch.nn.Module, ids: list[int], n: int
+    model: torch.nn.Module, ids: list[int], n: int, old: bool = False
 ) -> tuple[dict[str, float], dict[str, list[int]]]:
-    """Our session (fast path, top-20) and transformers.generate, warmed up, then alternated;
-    best rates and each one's tokens."""
-    _session_rate(model, ids, 4)  # warm-up: TorchScript, oneDNN packing, compile, capture
-    _generate_rate(model, ids, 4)
+    """Our session (fast path, top-20), with ``old`` also our session on model.forward, and
+    transformers.generate, warmed up, then alternated; best rates and each one's tokens."""
+    runs: dict[str, Callable[[int], tuple[float, list[int]]]] = {
+        "ours": lambda k: _session_rate(model, ids, k),
+        **({"old": lambda k: _session_rate(model, ids, k, fast=False)} if old else {}),
+        "hf": lambda k: _generate_rate(model, ids, k),
+    }
+    for run in runs.values():  # warm-up: TorchScript, oneDNN packing, compile, capture
+        run(4)
     tokens: dict[str, list[int]] = {}
 
-    def run(kind: str) -> float:
-        fn = _session_rate if kind == "ours" else _generate_rate
-        rate, tokens[kind] = fn(model, ids, n)
+    def measured(kind: str) -> float:
+        rate, tokens[kind] = runs[kind](n)
         return rate
 
     # three rounds: on a shared CPU single runs of a 0.5 B model swing 2-3x with the load
-    best = alternate({"ours": lambda: run("ours"), "hf": lambda: run("hf")}, rounds=3)
+    best = alternate({k: (lambda k=k: measured(k)) for k in runs}, rounds=3)
     return best, tokens
 
 
@@ -525,48 +536,6 @@ def t5_model(name: str) -> torch.nn.Module:
     return T5ForConditionalGeneration(cfg).eval()
 
 
-def _t5_session_rate(
-    model: torch.nn.Module, enc: list[int], n: int, fast: bool
-) -> tuple[float, list[int]]:
-    settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
-    session = GenerationSession(model, enc, settings, eos_token_ids=[], top_n=20, fast=fast)
-    device = next(model.parameters()).device
-    _, secs = timed(device, lambda: list(session.stream()))
-    return n / secs, session.generated_ids
-
-
-def _t5_generate_rate(model: torch.nn.Module, enc: list[int], n: int) -> tuple[float, list[int]]:
-    device = next(model.parameters()).device
-    x = torch.tensor([enc], device=device)
-    kwargs = dict(attention_mask=torch.ones_like(x), do_sample=False, eos_token_id=None)
-    out, secs = timed(
-        device, lambda: model.generate(input_ids=x, max_new_tokens=n, min_new_tokens=n, **kwargs)
-    )
-    return n / secs, out[0, 1:].tolist()  # after the decoder start id
-
-
-def _t5_side_by_side(
-    model: torch.nn.Module, enc: list[int], n: int
-) -> tuple[dict[str, float], dict[str, list[int]]]:
-    """Our T5 step, our old path and transformers.generate, warmed up, then alternated; best
-    rates and each one's tokens."""
-    tokens: dict[str, list[int]] = {}
-    runs: dict[str, Callable[[], tuple[float, list[int]]]] = {
-        "ours": lambda: _t5_session_rate(model, enc, n, True),
-        "old": lambda: _t5_session_rate(model, enc, n, False),
-        "hf": lambda: _t5_generate_rate(model, enc, n),
-    }
-    for run in runs.values():  # warm-up: TorchScript, oneDNN checks
-        run()
-
-    def measured(kind: str) -> float:
-        rate, tokens[kind] = runs[kind]()
-        return rate
-
-    best = alternate({k: (lambda k=k: measured(k)) for k in runs}, rounds=3)
-    return best, tokens
-
-
 def t5_section(
     say: Callable[[str], None], new_tokens: int = 32, names: Sequence[str] | None = None
 ) -> dict[str, Any]:
@@ -578,7 +547,7 @@ def t5_section(
         model = t5_model(name)
         vocab = model.config.vocab_size
         enc = [(37 * i + 11) % (vocab - 10) + 5 for i in range(16)]
-        best, tokens = _t5_side_by_side(model, enc, new_tokens)
+        best, tokens = side_by_side(model, enc, new_tokens, old=True)
         same = tokens["ours"] == tokens["hf"]
         say(line(f"10. {name} ({model.config.model_type}), float32", best["ours"], best["hf"],
                  "tok/s", "ours", "HF"))  # fmt: skip
