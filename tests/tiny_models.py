@@ -97,3 +97,17 @@ def tiny_bart(seed: int = 0, vocab: int = VOCAB) -> torch.nn.Module:
 
 
 FACTORIES = {"llama": tiny_llama, "gpt2": tiny_gpt2, "t5": tiny_t5, "bart": tiny_bart}
+
+
+def spy_on_init(monkeypatch, cls: type) -> list[type]:
+    """Record the class of every object ``cls.__init__`` builds from now on (the test's
+    monkeypatch undoes it): the list shows which stepper a code path chose."""
+    built: list[type] = []
+    real = cls.__init__
+
+    def spy(self, *args, **kwargs):
+        built.append(type(self))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "__init__", spy)
+    return built

@@ -14,7 +14,7 @@ from engine.fastpath import FastPathUnsupported, FastStepper, fast_stepper_or_no
 from engine.speculative import NGramDrafter, SpeculativeSession
 from engine.stepper import ModelStepper, make_stepper
 from family_models import FAMILIES, tiny
-from tiny_models import tiny_t5
+from tiny_models import spy_on_init, tiny_t5
 
 PROMPT = [5, 17, 33, 90, 41, 7]
 N = 30  # new tokens: past the windows (8) of the sliding-window families
@@ -140,14 +140,7 @@ def test_seed_api_with_cache_takes_the_fast_path_and_equals_generate(family, mon
     from engine import compat
 
     model = tiny(family)
-    built = []
-    real = FastStepper.__init__
-
-    def spy(self, *args, **kwargs):
-        built.append(type(self))
-        real(self, *args, **kwargs)
-
-    monkeypatch.setattr(FastStepper, "__init__", spy)
+    built = spy_on_init(monkeypatch, FastStepper)
     got = compat.autoregressive_generate(
         PROMPT, model, max_gen_len=N, eos_tokens_id=[], use_cache=True
     )

@@ -19,7 +19,7 @@ from transformers import (
 from engine import GenerationSession, SamplerSettings
 from engine.fast_t5 import T5FastStepper, supports_t5
 from engine.stepper import ModelStepper, make_stepper
-from tiny_models import tiny_bart
+from tiny_models import spy_on_init, tiny_bart
 
 ENC = [5, 17, 33, 90, 41, 7, 12, 250, 3, 64]
 N = 30
@@ -121,14 +121,7 @@ def test_seed_api_with_cache_takes_the_t5_path_and_equals_generate(kind, monkeyp
     from engine import compat
 
     model = tiny(kind)
-    built = []
-    real = T5FastStepper.__init__
-
-    def spy(self, *args, **kwargs):
-        built.append(type(self))
-        real(self, *args, **kwargs)
-
-    monkeypatch.setattr(T5FastStepper, "__init__", spy)
+    built = spy_on_init(monkeypatch, T5FastStepper)
     got = compat.autoregressive_generate_encoder_decoder(
         ENC, model, max_gen_len=N, eos_tokens_id=[], use_cache=True
     )
