@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from engine.compare import ready
 from engine.device import timed
 from engine.fastpath import FastStepper, linear
 from engine.models import ModelBundle
@@ -439,6 +440,7 @@ def _session_rate(
     encoder input)."""
     settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
     session = GenerationSession(model, ids, settings, eos_token_ids=[], top_n=20, fast=fast)
+    ready(session, n)  # on CUDA: capture the step before the clock (as the window does)
     device = next(model.parameters()).device
     _, secs = timed(device, lambda: list(session.stream()))
     return n / secs, session.generated_ids

@@ -31,7 +31,7 @@ from __future__ import annotations
 import importlib
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -201,13 +201,18 @@ class StaticStepper:
         graph.replay()
         return out.clone()  # the next replay overwrites the graph's buffer
 
+    @property
+    def capacity(self) -> int:
+        """Tokens the cache holds before it grows (and the step is captured again)."""
+        return self.cache.capacity
+
     def needs_warm_up(self, length: int = 0) -> bool:
         """Whether ``warm_up(length)`` would compile or capture (False when graphs are off, or
         a graph is ready at a capacity that holds ``length`` tokens)."""
         if not self.graphs:
             return False
         ready = self._graph is not None and self._graph[0] == self.cache.capacity
-        return not ready or length > self.cache.capacity
+        return not ready or min(length, self.max_len) > self.cache.capacity
 
     @torch.inference_mode()
     def warm_up(self, length: int = 0) -> bool:
@@ -255,3 +260,40 @@ def static_stepper_or_none(model: torch.nn.Module, **kwargs: Any) -> StaticStepp
         log.info("static step off: %s", reason)
         return None
     return StaticStepper(model, **kwargs)
+
+
+def _warmable(session: Any) -> list[Any]:
+    """The steppers a session decodes with that can be warmed up (a ``StaticStepper`` on
+    CUDA): the model's, and a draft model's."""
+    drafter = getattr(session, "drafter", None)
+    found = [getattr(session, "stepper", None), getattr(drafter, "stepper", None)]
+    return [s for s in found if hasattr(s, "needs_warm_up")]
+
+
+def warm_ups(session: Any, ahead: int = 0) -> Iterator[str]:
+    """Compile and capture the GPU decode steps ``session`` needs for its next token, before
+    that token (``StaticStepper.warm_up``: seconds to a minute, once per model and cache
+    size), yielding a line for the status bar before each one that will take a while, and one
+    more when a stepper falls back to decoding without CUDA graphs. Call it before a run's
+    first token and again between tokens: a run that outgrows its cache gets the larger
+    cache's step here rather than inside a token. ``ahead``: size the cache for that many
+    more tokens now (a run of known length captures once). Nothing happens for other steppers
+    (CPU, ``model.forward``) or a finished session."""
+    if getattr(session, "finished", False):
+        return
+    length = len(getattr(session, "ids", ())) + ahead
+    for stepper in _warmable(session):
+        if not stepper.needs_warm_up(length):
+            continue
+        if getattr(stepper, "captures", 0):
+            yield (
+                f"The run passed {stepper.capacity} tokens: compiling and capturing the "
+                "GPU decode step for a larger cache..."
+            )
+        else:
+            yield (
+                "Preparing the GPU decode step: compiling and capturing it (once per model and "
+                "cache size)..."
+            )
+        if not stepper.warm_up(length) and stepper.fallback:
+            yield f"GPU decode step without CUDA graphs: {stepper.fallback}"

@@ -76,30 +76,21 @@ def live(session: Any, records: Iterator[Any], settings: bool = True) -> Action:
     yield session.summary()
 
 
-def _steppers(session: Any) -> list[Any]:
-    """The steppers a session decodes with that can be warmed up (a ``StaticStepper`` on
-    CUDA): the model's, and a draft model's."""
-    drafter = getattr(session, "drafter", None)
-    found = [getattr(session, "stepper", None), getattr(drafter, "stepper", None)]
-    return [s for s in found if hasattr(s, "needs_warm_up")]
-
-
 def prepared(session: Any, records: Iterator[Any]) -> Iterator[Any]:
-    """``records``, after the GPU decode step is compiled and captured for the tokens the
-    session holds (``StaticStepper.warm_up``; seconds to a minute, once per model and cache
-    size): a ``Progress`` line while that runs, one more saying why when it falls back to
-    the step without CUDA graphs. Nothing happens for other steppers (CPU, ``model.forward``)."""
-    length = len(getattr(session, "ids", ()))
-    for stepper in _steppers(session):
-        if not stepper.needs_warm_up(length):
-            continue
-        yield Progress(
-            "Preparing the GPU decode step: compiling and capturing it (once per model and "
-            "cache size)..."
-        )
-        if not stepper.warm_up(length) and stepper.fallback:
-            yield Progress(f"GPU decode step without CUDA graphs: {stepper.fallback}")
-    yield from records
+    """``records``, with the GPU decode step compiled and captured before the first token and
+    again between tokens when the run outgrows its cache (``engine.static_step.warm_ups``),
+    each time after a ``Progress`` line for the status bar. Nothing is added for other
+    steppers (CPU, ``model.forward``)."""
+    from engine.static_step import warm_ups  # torch: not at import (the window starts first)
+
+    try:
+        yield from (Progress(text) for text in warm_ups(session))
+        for record in records:
+            yield record
+            if isinstance(record, Step):
+                yield from (Progress(text) for text in warm_ups(session))
+    finally:
+        records.close()  # type: ignore[attr-defined] - a generator; marks a stopped run
 
 
 class Workbench:

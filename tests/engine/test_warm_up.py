@@ -3,9 +3,11 @@ with a line for the status bar (``engine.workbench.prepared``); on CPU nothing h
 
 import pytest
 import torch
+from transformers import ByT5Tokenizer
 
 from engine import GenerationSession, SamplerSettings
-from engine.records import Progress, RunSummary, Step
+from engine.models import make_bundle
+from engine.records import ROW_PLAIN, ROW_PLAIN_FAST, ROW_SPEC_NGRAM, Progress, RunSummary, Step
 from engine.static_step import StaticStepper
 from engine.workbench import STOP, live, prepared
 from tiny_models import tiny_llama
@@ -33,6 +35,26 @@ class Warming:
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+
+class Growing(Warming):
+    """A stepper whose graph is captured for a cache of ``capacity`` tokens, as a
+    StaticStepper's is after its first warm-up: it needs warming up again once the tokens
+    outgrow the cache, which then doubles."""
+
+    def __init__(self, inner, capacity: int) -> None:
+        super().__init__(inner, True)
+        self.capacity, self.captures = capacity, 1
+
+    def needs_warm_up(self, length: int = 0) -> bool:
+        return length > self.capacity
+
+    def warm_up(self, length: int = 0) -> bool:
+        self.calls.append(length)
+        while self.capacity < length + 1:
+            self.capacity *= 2
+        self.captures += 1
+        return True
 
 
 def _session(model):
@@ -95,3 +117,145 @@ def test_cuda_warm_up_captures_once_at_the_capacity_the_prompt_needs():
     assert len([r for r in records if isinstance(r, Step)]) == 4
     assert stepper.captures == 1 and stepper.cache.capacity == 64
     assert not stepper.needs_warm_up(len(session.ids))
+
+
+def test_a_run_that_outgrows_the_cache_is_prepared_again_between_tokens():
+    model = tiny_llama()
+    settings = GREEDY.with_(max_new_tokens=12, min_new_tokens=12)
+    want = [s.token_id for s in GenerationSession(model, PROMPT, settings, fast=True).stream()]
+    session = GenerationSession(model, PROMPT, settings, eos_token_ids=[], fast=True)
+    session.stepper = Growing(session.stepper, capacity=8)
+    records = list(live(session, prepared(session, session.stream())))
+    # 6 prompt tokens: the 3rd new token makes 9 > 8, the 11th 17 > 16; after the 12th the run
+    # has ended and nothing is captured for a token that will not come
+    assert session.stepper.calls == [9, 17]
+    lines = [(i, r.text) for i, r in enumerate(records) if isinstance(r, Progress)]
+    assert [text for _, text in lines] == [
+        "The run passed 8 tokens: compiling and capturing the GPU decode step for a larger "
+        "cache...",
+        "The run passed 16 tokens: compiling and capturing the GPU decode step for a larger "
+        "cache...",
+    ]
+    steps_before = [sum(isinstance(r, Step) for r in records[:i]) for i, _ in lines]
+    assert steps_before == [3, 11]  # right after the token that outgrew the cache
+    assert [r.token_id for r in records if isinstance(r, Step)] == want
+    assert isinstance(records[-1], RunSummary) and records[-1].tokens == 12
+
+
+def test_stop_while_preparing_between_tokens_still_ends_with_the_summary():
+    session = _session(tiny_llama())
+    session.stepper = Growing(session.stepper, capacity=6)
+    action = live(session, prepared(session, session.stream()))
+    first = [next(action), next(action)]  # the first token, then the line for the larger cache
+    assert isinstance(first[0], Step) and isinstance(first[1], Progress)
+    rest = [action.send(STOP)] + list(action)
+    assert [type(r) for r in rest] == [RunSummary]
+    assert rest[0].tokens == 1 and rest[0].stop_reason == "stopped"
+
+
+def test_a_cache_at_the_models_context_asks_for_nothing_more():
+    stepper = StaticStepper(tiny_llama(), max_len=32, capacity=32)
+    stepper.graphs = True  # as on CUDA; nothing below runs the step
+    assert stepper.needs_warm_up(4)  # no graph yet
+    stepper.cache.ensure(20)
+    assert stepper.capacity == 32  # the model's whole context
+    stepper._graph = (stepper.capacity, None, None)
+    assert not stepper.needs_warm_up(32) and not stepper.needs_warm_up(500)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_a_run_past_its_capacity_captures_again_between_tokens():
+    model = tiny_llama().to("cuda")
+    settings = GREEDY.with_(max_new_tokens=20, min_new_tokens=20)
+    want = [
+        s.token_id for s in GenerationSession(model, PROMPT, settings, eos_token_ids=[]).stream()
+    ]  # model.forward
+    session = GenerationSession(model, PROMPT, settings, eos_token_ids=[], fast=True)
+    stepper = session.stepper = StaticStepper(model, capacity=16)
+    records = list(live(session, prepared(session, session.stream())))
+    lines = [r.text for r in records if isinstance(r, Progress)]
+    assert lines[0].startswith("Preparing the GPU decode step")
+    assert lines[1].startswith("The run passed 16 tokens")
+    assert stepper.captures == 2 and stepper.cache.capacity == 32
+    assert [r.token_id for r in records if isinstance(r, Step)] == want
+
+
+@pytest.fixture
+def capture_log(monkeypatch):
+    """Every session's stepper needs a capture (as a StaticStepper on CUDA does, capturing
+    inside ``logits`` when nobody warmed it up); the log says when captures and clocks ran."""
+    from engine.session import GenerationSession as Session
+    from engine.speculative import SpeculativeSession
+
+    events: list[str] = []
+
+    class Logged(Warming):
+        def warm_up(self, length: int = 0) -> bool:
+            events.append(f"warm {length}")
+            return super().warm_up(length)
+
+        def logits(self, ids, keep=1):
+            if self.needs_warm_up(len(ids)):
+                self.warm_up(len(ids))
+            return self.inner.logits(ids, keep)
+
+    def wrapped(make):
+        def make_stepper(self, *args):
+            return Logged(make(self, *args), True)
+
+        return make_stepper
+
+    for cls in (Session, SpeculativeSession):
+        monkeypatch.setattr(cls, "_make_stepper", wrapped(cls._make_stepper))
+
+    def log_clocks(module):
+        timed = module.timed
+
+        def logged_timed(device, fn):
+            events.append("clock starts")
+            out = timed(device, fn)
+            events.append("clock stops")
+            return out
+
+        monkeypatch.setattr(module, "timed", logged_timed)
+
+    return events, log_clocks
+
+
+def captures_inside_a_clock(events: list[str]) -> list[str]:
+    inside, found = False, []
+    for event in events:
+        inside = event == "clock starts" or (inside and event != "clock stops")
+        if inside and event.startswith("warm"):
+            found.append(event)
+    return found
+
+
+def test_compare_captures_before_the_clock_starts(capture_log):
+    """The comparison's timed runs measure decoding: each session's GPU step is captured
+    (sized for the whole run) before its clock starts, never inside it."""
+    import engine.compare as compare
+
+    events, log_clocks = capture_log
+    log_clocks(compare)
+    bundle = make_bundle(tiny_llama(0), ByT5Tokenizer(), name="tiny")
+    rows = [ROW_PLAIN, ROW_PLAIN_FAST, ROW_SPEC_NGRAM]
+    results = compare.compare_methods(
+        bundle, PROMPT, SamplerSettings(temperature=0), rows, max_new_tokens=10
+    )
+    assert all(r.identical_to_greedy for r in results) and len(results) == 3
+    assert events.count("clock starts") == 3 and not captures_inside_a_clock(events)
+    # each warm-up sized for the prompt and the whole run
+    assert {e for e in events if e.startswith("warm")} == {f"warm {len(PROMPT) + 10}"}
+
+
+def test_bench_captures_before_the_clock_starts(capture_log):
+    import engine.bench as bench
+
+    events, log_clocks = capture_log
+    log_clocks(bench)
+    best, tokens = bench.side_by_side(tiny_llama(0), PROMPT, 10)
+    assert tokens["ours"] == tokens["hf"] and best["ours"] > 0
+    assert events.count("clock starts") == 2 * 4  # warm-up round, then three alternated
+    assert not captures_inside_a_clock(events)
+    assert events.count(f"warm {len(PROMPT) + 10}") == 3  # each measured session's own
