@@ -40,12 +40,42 @@ class IncrementalDetokenizer:
             del self._offsets[n:]
 
 
+def _byte_table() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2, Llama 3, SmolLM2, Qwen): one printable character
+    per byte, as the tokenizers write their vocabularies; empty when transformers lacks it."""
+    try:
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+    except ImportError:
+        return {}
+    return {char: byte for byte, char in bytes_to_unicode().items()}
+
+
+def show_bytes(data: bytes) -> str:
+    """``data`` as text, each byte that is not part of a whole UTF-8 character written
+    ``<0xF0>`` (the notation of byte-fallback vocabularies), e.g. b" \xf0\x9f" -> " <0xF0><0x9F>"."""
+    out, i = [], 0
+    while i < len(data):
+        try:
+            text = data[i:].decode("utf-8")
+            out.append(text)
+            break
+        except UnicodeDecodeError as err:
+            out.append(data[i : i + err.start].decode("utf-8"))
+            bad = data[i + err.start : i + err.end]
+            out.append("".join(f"<0x{b:02X}>" for b in bad))
+            i += err.end
+    return "".join(out)
+
+
 class TokenTable:
-    """Display strings of single tokens, decoded once and kept."""
+    """Display strings of single tokens, decoded once and kept. A token that is part of a
+    character (a lone byte of an emoji or an accented letter) shows its bytes, ``<0xF0><0x9F>``,
+    rather than U+FFFD or the vocabulary's byte alphabet ("ðŁ")."""
 
     def __init__(self, tokenizer: Any | None) -> None:
         self.tokenizer = tokenizer
         self._cache: dict[int, str] = {}
+        self._bytes: dict[str, int] | None = None
 
     def __call__(self, token_id: int) -> str:
         text = self._cache.get(token_id)
@@ -55,10 +85,19 @@ class TokenTable:
             else:
                 text = self.tokenizer.decode([token_id], skip_special_tokens=False)
                 if "\ufffd" in text or text == "":  # a lone byte: show the raw token instead
-                    raw = self.tokenizer.convert_ids_to_tokens(token_id)
-                    text = raw if isinstance(raw, str) else f"<{token_id}>"
+                    text = self._raw(token_id)
             self._cache[token_id] = text
         return text
+
+    def _raw(self, token_id: int) -> str:
+        raw = self.tokenizer.convert_ids_to_tokens(token_id)
+        if not isinstance(raw, str) or raw == "":
+            return f"<{token_id}>"
+        if self._bytes is None:
+            self._bytes = _byte_table()
+        if all(char in self._bytes for char in raw):  # a byte-level BPE token: its bytes
+            return show_bytes(bytes(self._bytes[char] for char in raw))
+        return raw  # SentencePiece byte fallback is already "<0xF0>"
 
 
 class TextTrack:
