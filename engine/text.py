@@ -52,7 +52,8 @@ def _byte_table() -> dict[str, int]:
 
 def show_bytes(data: bytes) -> str:
     """``data`` as text, each byte that is not part of a whole UTF-8 character written
-    ``<0xF0>`` (the notation of byte-fallback vocabularies), e.g. b" \xf0\x9f" -> " <0xF0><0x9F>"."""
+    ``<0xF0>`` (the notation of byte-fallback vocabularies): b" \xf0\x9f" gives
+    " <0xF0><0x9F>"."""
     out, i = [], 0
     while i < len(data):
         try:
