@@ -269,6 +269,11 @@ class SessionBase:
             stage_notes=tuple(StageNote(stage, text) for stage, text in notes),
         )
 
+    @property
+    def mu(self) -> float | None:
+        """Mirostat's mu for the next step: the last step's, None at the start (2·tau)."""
+        return self.history[-1].mu if self.history else None
+
     def _add(self, step: Step) -> None:
         self.ids.append(step.token_id)
         self.history.append(step)
@@ -454,11 +459,6 @@ class GenerationSession(SessionBase):
         if mu is not None:  # mirostat's state lives in the history, so rewinds restore it
             step = self.history[-1] = replace(step, mu=mu)
         return step
-
-    @property
-    def mu(self) -> float | None:
-        """Mirostat's mu for the next step: the last step's, None at the start (2·tau)."""
-        return self.history[-1].mu if self.history else None
 
     def _ids_tensor(self) -> torch.Tensor:
         return torch.tensor([self.ids], dtype=torch.long, device=self.device)  # [1, seq]

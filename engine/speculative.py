@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -263,6 +263,7 @@ class SpeculativeSession(SessionBase):
         k = 0 if self._first_target else max(0, min(self.gamma, room))
         self._first_target = False
         passes_before = self.drafter.forward_passes
+        self._set_mu(self._mu_now())  # the drafter proposes under the run's current mu
         drafts, q = (
             self.drafter.propose(self.ids, k, self.sampler, self.generator) if k else ([], None)
         )
@@ -273,7 +274,7 @@ class SpeculativeSession(SessionBase):
         logits = self.stepper.logits(full, keep=g + 1)  # [g + 1, vocab]; row i predicts
         finite = torch.isfinite(logits).all(dim=-1)  # full[len(ids) + i]
         logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
-        p, cut = self._target_probs(full, len(self.ids), logits)  # [g + 1, vocab]
+        p, cut, reports = self._target_probs(full, len(self.ids), logits)  # [g + 1, vocab]
         self.stats.target_passes += 1
         self.stats.drafter_passes += self.drafter.forward_passes - passes_before
         accepted, hit_eos = self._accept(drafts, p, q)
@@ -287,11 +288,30 @@ class SpeculativeSession(SessionBase):
             sources.append("target")
         n = len(tokens)
         chosen = torch.tensor(tokens, device=self.device)
-        measured = measure(logits[:n], p[:n], chosen, self.top_n, cut[:n], finite[:n])
+        if len(reports) == 1:  # one chain call for every row: one copy to the host
+            at_top, extra = _tensors(reports[0])
+            measured = measure(
+                logits[:n], p[:n], chosen, self.top_n, cut[:n], finite[:n],
+                [t[:n] for t in at_top], extra[:n] if extra is not None else None,
+            )  # fmt: skip
+        else:  # a chain call per row, each with its own notes: a copy per row
+            measured = []
+            for i in range(n):
+                rows = slice(i, i + 1)
+                measured += measure(
+                    logits[rows], p[rows], chosen[rows], self.top_n, cut[rows], finite[rows],
+                    *_tensors(reports[i]),
+                )  # fmt: skip
         elapsed = time.perf_counter() - start  # after the copy, which waits for the device
         steps: list[Record] = []
-        for m, source in zip(measured, sources, strict=True):
+        for i, (m, source) in enumerate(zip(measured, sources, strict=True)):
+            mu = self._mu_now()
+            self._set_mu(mu)  # the step's notes name the mu its row was filtered under
+            if len(reports) > 1 and reports[i] is not None:
+                self.sampler.report = reports[i]  # type: ignore[attr-defined] - its own notes
             step = self._append(m, elapsed / n, source, fed=fed)
+            if self._mirostat is not None:  # as in a plain session: kept in the history
+                step = self.history[-1] = replace(step, mu=self._mirostat.update_mu(mu, m.prob))
             steps.append(step)
             if step.is_eos:
                 break
@@ -299,22 +319,48 @@ class SpeculativeSession(SessionBase):
         self.stats.seconds += elapsed
         return [*steps, self.stats.report()]
 
+    @property
+    def _mirostat(self) -> Any:
+        return getattr(self.sampler, "mirostat", None)
+
+    def _mu_now(self) -> float | None:
+        """Mirostat's mu for the next token: the last step's, 2·tau at the start."""
+        mu, mirostat = self.mu, self._mirostat
+        return mu if mu is not None or mirostat is None else 2 * mirostat.tau
+
+    def _set_mu(self, mu: float | None) -> None:
+        """Filter the next rows with mirostat's ``mu`` (nothing to do without mirostat); the
+        chain's generator (XTC's draws) stays as it is."""
+        if self._mirostat is not None:
+            self.sampler.prepare(self.sampler.state.generator, mu)  # type: ignore[attr-defined]
+
     def _target_probs(
         self, full: list[int], base: int, logits: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The chain on each verified position: row i sees the ids before full[base + i]."""
-        if not self.sampler.uses_ids:
+    ) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
+        """The chain on each verified position: row i sees the ids before full[base + i], and
+        with mirostat the mu those ids leave (each draft's surprise moves it, as each token
+        does in a plain session; one host read per row, mirostat runs only). Returns the
+        probabilities, the stage that cut each token, and what the chain reported
+        (``engine.processors.ChainReport``, None for a sampler without one): one report for
+        all rows, or one per row when the chain ran row by row."""
+        mirostat = self._mirostat
+        if not self.sampler.uses_ids and mirostat is None:
             probs, cut = self.sampler.probs(None, logits)
+            reports = [getattr(self.sampler, "report", None)]
         else:
-            rows = [
-                self.sampler.probs(torch.tensor([full[: base + i]], device=self.device), row[None])
-                for i, row in enumerate(logits)
-            ]
+            rows, reports, mu = [], [], self._mu_now()
+            for i, row in enumerate(logits):
+                ids = torch.tensor([full[: base + i]], device=self.device)
+                self._set_mu(mu)
+                rows.append(self.sampler.probs(ids if self.sampler.uses_ids else None, row[None]))
+                reports.append(getattr(self.sampler, "report", None))
+                if mirostat is not None and base + i < len(full):
+                    mu = mirostat.update_mu(mu, float(rows[-1][0][0, full[base + i]]))
             probs = torch.cat([r[0] for r in rows])
             cut = torch.cat([r[1] for r in rows]) if rows[0][1] is not None else None
         if cut is None:
             cut = torch.full_like(probs, -1, dtype=torch.int16)
-        return probs, cut
+        return probs, cut, reports
 
     def _accept(
         self, drafts: list[int], p: torch.Tensor, q: torch.Tensor | None
@@ -364,6 +410,11 @@ class SpeculativeSession(SessionBase):
         if total <= 0:  # p == q exactly: any draw from p is exact
             return pick(p, False, self.generator)
         return pick(residual / total, False, self.generator)
+
+
+def _tensors(report: Any) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """What a chain reported, as ``measure`` takes it (nothing for a sampler without reports)."""
+    return report.tensors() if report is not None else ([], None)
 
 
 def check_same_tokenizer(target_tokenizer: Any, draft_tokenizer: Any) -> None:

@@ -6,7 +6,12 @@ import pytest
 import torch
 from transformers import ByT5Tokenizer, GPT2TokenizerFast
 
-from engine import SamplerSettings, autoregressive_generate, autoregressive_generate_encoder_decoder
+from engine import (
+    GenerationSession,
+    SamplerSettings,
+    autoregressive_generate,
+    autoregressive_generate_encoder_decoder,
+)
 from engine.compat import (
     MultinomialProcessor,
     ngram_assisted_speculative_generate,
@@ -233,3 +238,63 @@ def test_every_pair_of_cache_modes_agree():
         for g, c in itertools.product((1, 3, 6), (True, False))
     ]
     assert all(o == outs[0] for o in outs)
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "model"])
+def test_mirostat_mu_moves_with_every_token_of_a_speculative_run(drafter):
+    """Each verified position is filtered with the mu the tokens before it leave, as a plain
+    session would: checked against the chain run token by token on model.forward."""
+    from engine.processors import build_chain
+
+    model = tiny_llama(0)
+    settings = SamplerSettings(
+        temperature=1.0, top_k=0, top_p=1.0, mirostat=2, mirostat_tau=3.0, mirostat_eta=0.5,
+        max_new_tokens=24, min_new_tokens=24, seed=3,
+    )  # fmt: skip
+    draft = NGramDrafter() if drafter == "ngram" else ModelDrafter(tiny_llama(0))
+    spec = SpeculativeSession(model, PROMPT, draft, settings, eos_token_ids=[], gamma=3, seed=3)
+    steps = [r for r in spec.stream() if isinstance(r, Step)]
+    assert len(steps) == 24 and spec.stats.drafted > 0  # rows after drafts were verified
+    if drafter == "model":  # the target's own weights: drafts get accepted
+        assert sum(s.source == "draft" for s in steps) > 5
+    chain = build_chain(settings)
+    mu, ids = 2 * 3.0, list(PROMPT)
+    for step in steps:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1:].float()
+        chain.prepare(None, mu)
+        probs, _ = chain.probs(None, logits)
+        assert probs[0, step.token_id].item() == pytest.approx(step.prob, abs=1e-5)
+        assert int((probs[0] > 0).sum()) == step.survivors
+        mu = chain.mirostat.update_mu(mu, step.prob)
+        assert step.mu == pytest.approx(mu)
+        ids.append(step.token_id)
+    assert len({round(s.mu, 3) for s in steps}) > 5  # it did move
+    assert steps[0].stage_notes[0].text.startswith("mu 6.00: kept")  # notes name each row's mu
+    assert steps[1].stage_notes[0].text.startswith(f"mu {steps[0].mu:.2f}: kept")
+
+
+@pytest.mark.parametrize(
+    "stage",
+    [dict(mirostat=1), dict(xtc_probability=0.5, xtc_threshold=0.05), dict(top_n_sigma=1.0),
+     dict(dry_multiplier=0.8), dict(repetition_penalty=1.3)],
+    ids=["mirostat", "xtc", "top_n_sigma", "dry", "penalty"],
+)  # fmt: skip
+def test_stages_with_notes_run_in_speculative_sessions(stage):
+    """The notes and penalty columns of a verified row reach its step (they crashed the run
+    with an IndexError for mirostat, XTC and top-n-sigma)."""
+    settings = SamplerSettings(temperature=1.0, max_new_tokens=12, min_new_tokens=12, **stage)
+    spec = SpeculativeSession(
+        tiny_llama(0), PROMPT, ModelDrafter(tiny_llama(0)), settings, eos_token_ids=[], gamma=3
+    )
+    steps = [r for r in spec.stream() if isinstance(r, Step)]
+    assert len(steps) == 12 and any(s.source == "draft" for s in steps)
+    plain = GenerationSession(tiny_llama(0), PROMPT, settings, eos_token_ids=[])
+    first = next(iter(plain.stream(1)))  # the draws differ; the first row's filter does not
+    assert {n.stage for s in steps for n in s.stage_notes} == {n.stage for n in first.stage_notes}
+    if "xtc_probability" not in stage:  # XTC's note depends on its draw
+        assert steps[0].stage_notes == first.stage_notes
+        assert [c.token_id for c in steps[0].candidates] == [c.token_id for c in first.candidates]
+        assert [c.prob for c in steps[0].candidates] == pytest.approx(
+            [c.prob for c in first.candidates], abs=1e-6
+        )
