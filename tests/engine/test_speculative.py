@@ -277,12 +277,14 @@ def test_mirostat_mu_moves_with_every_token_of_a_speculative_run(drafter):
 @pytest.mark.parametrize(
     "stage",
     [dict(mirostat=1), dict(xtc_probability=0.5, xtc_threshold=0.05), dict(top_n_sigma=1.0),
-     dict(dry_multiplier=0.8), dict(repetition_penalty=1.3)],
-    ids=["mirostat", "xtc", "top_n_sigma", "dry", "penalty"],
+     dict(dynatemp_range=0.5), dict(eta_cutoff=0.01), dict(dry_multiplier=0.8),
+     dict(repetition_penalty=1.3)],
+    ids=["mirostat", "xtc", "top_n_sigma", "dynatemp", "eta", "dry", "penalty"],
 )  # fmt: skip
 def test_stages_with_notes_run_in_speculative_sessions(stage):
-    """The notes and penalty columns of a verified row reach its step (they crashed the run
-    with an IndexError for mirostat, XTC and top-n-sigma)."""
+    """The notes and penalty columns of a verified row reach its step (the stages with notes
+    crashed the run with an IndexError: mirostat, XTC, top-n-sigma, dynamic temperature,
+    eta cutoff)."""
     settings = SamplerSettings(temperature=1.0, max_new_tokens=12, min_new_tokens=12, **stage)
     spec = SpeculativeSession(
         tiny_llama(0), PROMPT, ModelDrafter(tiny_llama(0)), settings, eos_token_ids=[], gamma=3
