@@ -47,8 +47,8 @@ class _Comparison:
         """A plain session over the prompt, its GPU decode step already captured."""
         b = self.bundle
         session = GenerationSession(
-            b.model, self.ids, s, eos_token_ids=b.eos_token_ids, top_n=1,
-            max_context=b.context_length, use_cache=use_cache, fast=fast,
+            b.model, self.ids, s, tokenizer=b.tokenizer, eos_token_ids=b.eos_token_ids,
+            top_n=1, max_context=b.context_length, use_cache=use_cache, fast=fast,
         )  # fmt: skip
         return ready(session, self.n)
 
@@ -82,7 +82,8 @@ class _Comparison:
         if row == ROW_BEAM:
             beam = BeamSession(
                 b.model, self.ids, self.settings.with_(max_new_tokens=self.n),
-                num_beams=self.num_beams, eos_token_ids=b.eos_token_ids, top_n=1,
+                num_beams=self.num_beams, tokenizer=b.tokenizer, eos_token_ids=b.eos_token_ids,
+                top_n=1,
             )  # fmt: skip
             found, secs = timed(b.device, beam.run)
             name = f"{ROW_BEAM} ({self.num_beams})"
@@ -102,9 +103,9 @@ class _Comparison:
         else:
             draft = NGramDrafter()
         spec = SpeculativeSession(
-            b.model, self.ids, draft, self.settings, eos_token_ids=b.eos_token_ids,
-            gamma=self.gamma, top_n=1, seed=self.settings.seed, max_context=b.context_length,
-            fast=self.fast,
+            b.model, self.ids, draft, self.settings, tokenizer=b.tokenizer,
+            eos_token_ids=b.eos_token_ids, gamma=self.gamma, top_n=1, seed=self.settings.seed,
+            max_context=b.context_length, fast=self.fast,
         )  # fmt: skip
         ready(spec, self.n)
         ids, secs = timed(b.device, lambda: spec.run(self.n))

@@ -76,3 +76,23 @@ def test_cli_compare_runs_and_prints_progress(tmp_path, capsys):
     assert code == 0, out.err
     assert ROW_PLAIN in out.out and ROW_BEAM in out.out
     assert "Running" in out.err
+
+
+def test_compare_applies_settings_written_as_words():
+    """Logit bias and banned strings name words; every row resolves them with the model's
+    tokenizer, as a run from the window does (the comparison refused them: "'x' needs a
+    tokenizer")."""
+    bundle = make_bundle(tiny_llama(0), ByT5Tokenizer(), name="tiny")
+    drafter = make_bundle(tiny_llama(1), ByT5Tokenizer(), name="tiny-draft")
+    ids = [5, 17, 33, 90, 41, 7] * 3
+    settings = SamplerSettings(temperature=0, logit_bias=(("x", 40.0),), banned_strings=("xxx",))
+    results = compare_methods(
+        bundle, ids, settings, COMPARE_ROWS, max_new_tokens=8, num_beams=2, gamma=3,
+        drafter=drafter,
+    )  # fmt: skip
+    assert len(results) == len(COMPARE_ROWS)
+    x = bundle.tokenizer.convert_tokens_to_ids("x")
+    for r in results:
+        assert r.token_ids.count(x) > 2, r.method  # the bias pulls towards 'x'
+        triples = {r.token_ids[i : i + 3] for i in range(len(r.token_ids) - 2)}
+        assert (x, x, x) not in triples, r.method  # and the ban holds
