@@ -66,9 +66,10 @@ class _Comparison:
         """One method's result; None when it does not apply (no draft model, no fast path)."""
         b = self.bundle
         if row == ROW_PLAIN_FAST:
+            from engine.fast_t5 import supports_t5
             from engine.fastpath import supports
 
-            if supports(b.model) is not None or b.is_encoder_decoder:
+            if (supports_t5 if b.is_encoder_decoder else supports)(b.model) is not None:
                 return None
             self.plain(True, self.settings.with_(max_new_tokens=2, temperature=0), fast=True)
             session = self.session(True, self.settings, fast=True)

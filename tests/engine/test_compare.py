@@ -96,3 +96,17 @@ def test_compare_applies_settings_written_as_words():
         assert r.token_ids.count(x) > 2, r.method  # the bias pulls towards 'x'
         triples = {r.token_ids[i : i + 3] for i in range(len(r.token_ids) - 2)}
         assert (x, x, x) not in triples, r.method  # and the ban holds
+
+
+def test_compare_has_a_fast_path_row_for_t5():
+    """A T5 takes the fast path (engine.fast_t5), so its comparison has that row too."""
+    from engine.records import ROW_PLAIN_FAST
+    from tiny_models import tiny_t5
+
+    bundle = make_bundle(tiny_t5(0), ByT5Tokenizer(), name="tiny-t5")
+    results = compare_methods(
+        bundle, [5, 17, 33, 90, 41, 7], SamplerSettings(temperature=0), [ROW_PLAIN_FAST],
+        max_new_tokens=10,
+    )  # fmt: skip
+    assert [r.method for r in results] == [ROW_PLAIN_FAST]
+    assert results[0].identical_to_greedy and results[0].tokens == 10
