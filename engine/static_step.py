@@ -274,9 +274,9 @@ def warm_ups(session: Any, ahead: int = 0) -> Iterator[str]:
     """Compile and capture the GPU decode steps ``session`` needs for its next token, before
     that token (``StaticStepper.warm_up``: seconds to a minute, once per model and cache
     size), yielding a line for the status bar before each one that will take a while, and one
-    more when a stepper falls back to decoding without CUDA graphs. Call it before a run's
-    first token and again between tokens: a run that outgrows its cache gets the larger
-    cache's step here rather than inside a token. ``ahead``: size the cache for that many
+    after it: the capacity captured, or why the stepper decodes without CUDA graphs. Call it
+    before a run's first token and again between tokens: a run that outgrows its cache gets
+    the larger cache's step here rather than inside a token. ``ahead``: size the cache for that many
     more tokens now (a run of known length captures once). Nothing happens for other steppers
     (CPU, ``model.forward``) or a finished session."""
     if getattr(session, "finished", False):
@@ -295,5 +295,7 @@ def warm_ups(session: Any, ahead: int = 0) -> Iterator[str]:
                 "Preparing the GPU decode step: compiling and capturing it (once per model and "
                 "cache size)..."
             )
-        if not stepper.warm_up(length) and stepper.fallback:
+        if stepper.warm_up(length):  # the status bar must not say "Preparing" all run long
+            yield f"GPU decode step captured for {stepper.capacity} tokens; generating…"
+        elif stepper.fallback:
             yield f"GPU decode step without CUDA graphs: {stepper.fallback}"

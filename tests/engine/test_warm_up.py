@@ -22,7 +22,7 @@ class Warming:
 
     def __init__(self, inner, works: bool) -> None:
         self.inner, self.works, self.calls = inner, works, []
-        self.fallback = None
+        self.fallback, self.capacity = None, 256
 
     def needs_warm_up(self, length: int = 0) -> bool:
         return not self.calls
@@ -72,7 +72,7 @@ def test_warm_up_runs_before_the_first_token_with_a_progress_line(works):
     assert lines[0].startswith("Preparing the GPU decode step")
     assert records.index(next(r for r in records if isinstance(r, Progress))) == 0
     if works:
-        assert len(lines) == 1
+        assert lines[1:] == ["GPU decode step captured for 256 tokens; generating…"]
     else:
         assert lines[1] == (
             "GPU decode step without CUDA graphs: capture failed: out of graph memory"
@@ -133,11 +133,13 @@ def test_a_run_that_outgrows_the_cache_is_prepared_again_between_tokens():
     assert [text for _, text in lines] == [
         "The run passed 8 tokens: compiling and capturing the GPU decode step for a larger "
         "cache...",
+        "GPU decode step captured for 16 tokens; generating…",
         "The run passed 16 tokens: compiling and capturing the GPU decode step for a larger "
         "cache...",
+        "GPU decode step captured for 32 tokens; generating…",
     ]
     steps_before = [sum(isinstance(r, Step) for r in records[:i]) for i, _ in lines]
-    assert steps_before == [3, 11]  # right after the token that outgrew the cache
+    assert steps_before == [3, 3, 11, 11]  # right after the token that outgrew the cache
     assert [r.token_id for r in records if isinstance(r, Step)] == want
     assert isinstance(records[-1], RunSummary) and records[-1].tokens == 12
 
@@ -175,7 +177,8 @@ def test_cuda_a_run_past_its_capacity_captures_again_between_tokens():
     records = list(live(session, prepared(session, session.stream())))
     lines = [r.text for r in records if isinstance(r, Progress)]
     assert lines[0].startswith("Preparing the GPU decode step")
-    assert lines[1].startswith("The run passed 16 tokens")
+    assert lines[1] == "GPU decode step captured for 16 tokens; generating…"
+    assert lines[2].startswith("The run passed 16 tokens")
     assert stepper.captures == 2 and stepper.cache.capacity == 32
     assert [r.token_id for r in records if isinstance(r, Step)] == want
 
