@@ -126,8 +126,7 @@ def test_a_run_that_outgrows_the_cache_is_prepared_again_between_tokens():
     session = GenerationSession(model, PROMPT, settings, eos_token_ids=[], fast=True)
     session.stepper = Growing(session.stepper, capacity=8)
     records = list(live(session, prepared(session, session.stream())))
-    # 6 prompt tokens: the 3rd new token makes 9 > 8, the 11th 17 > 16; after the 12th the run
-    # has ended and nothing is captured for a token that will not come
+    # 6 prompt tokens: the 3rd new token makes 9 > 8, the 11th 17 > 16
     assert session.stepper.calls == [9, 17]
     lines = [(i, r.text) for i, r in enumerate(records) if isinstance(r, Progress)]
     assert [text for _, text in lines] == [
@@ -142,6 +141,20 @@ def test_a_run_that_outgrows_the_cache_is_prepared_again_between_tokens():
     assert steps_before == [3, 3, 11, 11]  # right after the token that outgrew the cache
     assert [r.token_id for r in records if isinstance(r, Step)] == want
     assert isinstance(records[-1], RunSummary) and records[-1].tokens == 12
+
+
+def test_nothing_is_captured_after_the_token_that_ended_the_run():
+    model = tiny_llama()
+    settings = GREEDY.with_(max_new_tokens=12, min_new_tokens=0)
+    want = [s.token_id for s in GenerationSession(model, PROMPT, settings, fast=True).stream()]
+    j = next(i for i, t in enumerate(want) if t not in want[:i])  # a token new at step j
+    session = GenerationSession(model, PROMPT, settings, eos_token_ids=[want[j]], fast=True)
+    # the cache is full exactly when that token ends the run (as EOS)
+    session.stepper = Growing(session.stepper, capacity=len(PROMPT) + j)
+    records = list(live(session, prepared(session, session.stream())))
+    assert [r.token_id for r in records if isinstance(r, Step)] == want[: j + 1]
+    assert session.finished and session.stepper.calls == []
+    assert not any(isinstance(r, Progress) for r in records)
 
 
 def test_stop_while_preparing_between_tokens_still_ends_with_the_summary():
