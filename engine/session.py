@@ -130,6 +130,7 @@ class SessionBase:
         self.text_track = TextTrack(tokenizer)
         self.history: list[Step] = []
         self.finished = False  # the model ended its answer or the context is full
+        self.run_end: int | None = None  # the history's length where the current stream stops
         self.stop_reason: str | None = None
         self._settings: SamplerSettings | None = None
         self.sampler: Sampler
@@ -194,6 +195,7 @@ class SessionBase:
         # Tokens produced = how much the history grew: a method may replace steps on the way
         # (beam search shows its best beam, which changes), so yielded Steps are not counted.
         start = len(self.history)
+        self.run_end = start + budget
         try:
             while not self.finished and len(self.history) - start < budget:
                 yield from self._advance(budget - (len(self.history) - start))

@@ -282,8 +282,11 @@ def warm_ups(session: Any, ahead: int = 0) -> Iterator[str]:
     if getattr(session, "finished", False):
         return
     length = len(getattr(session, "ids", ())) + ahead
+    drafter = getattr(getattr(session, "drafter", None), "stepper", None)
     for stepper in _warmable(session):
-        if not stepper.needs_warm_up(length):
+        # a draft model decodes up to gamma tokens past the run's ids in a round
+        needed = length + (getattr(session, "gamma", 0) if stepper is drafter else 0)
+        if not stepper.needs_warm_up(needed):
             continue
         if getattr(stepper, "captures", 0):
             yield (
@@ -295,7 +298,7 @@ def warm_ups(session: Any, ahead: int = 0) -> Iterator[str]:
                 "Preparing the GPU decode step: compiling and capturing it (once per model and "
                 "cache size)..."
             )
-        if stepper.warm_up(length):  # the status bar must not say "Preparing" all run long
+        if stepper.warm_up(needed):  # the status bar must not say "Preparing" all run long
             yield f"GPU decode step captured for {stepper.capacity} tokens; generating…"
         elif stepper.fallback:
             yield f"GPU decode step without CUDA graphs: {stepper.fallback}"

@@ -87,8 +87,9 @@ def prepared(session: Any, records: Iterator[Any]) -> Iterator[Any]:
         yield from (Progress(text) for text in warm_ups(session))
         for record in records:
             yield record
-            if isinstance(record, Step):
-                yield from (Progress(text) for text in warm_ups(session))
+            end = getattr(session, "run_end", None)
+            if isinstance(record, Step) and (end is None or len(session.history) < end):
+                yield from (Progress(text) for text in warm_ups(session))  # a token follows
     finally:
         records.close()  # type: ignore[attr-defined] - a generator; marks a stopped run
 

@@ -157,6 +157,32 @@ def test_nothing_is_captured_after_the_token_that_ended_the_run():
     assert not any(isinstance(r, Progress) for r in records)
 
 
+def test_nothing_is_captured_after_the_last_token_of_the_runs_budget():
+    model = tiny_llama()
+    n = 6
+    session = _session(model)  # GREEDY: 4 tokens by its settings; this stream asks for 6
+    session.stepper = Growing(session.stepper, capacity=len(PROMPT) + n - 1)
+    records = list(live(session, prepared(session, session.stream(n))))
+    assert sum(isinstance(r, Step) for r in records) == n and not session.finished
+    assert session.stepper.calls == [] and not any(isinstance(r, Progress) for r in records)
+    # a Continue of that run captures before its first token, not after the last one
+    more = list(live(session, prepared(session, session.stream(2))))
+    assert session.stepper.calls == [len(PROMPT) + n]
+    assert isinstance(more[0], Progress) and isinstance(more[2], Step)
+
+
+def test_a_draft_model_is_prepared_for_the_tokens_it_drafts_ahead():
+    from engine.speculative import ModelDrafter, SpeculativeSession
+
+    spec = SpeculativeSession(
+        tiny_llama(0), PROMPT, ModelDrafter(tiny_llama(1)), GREEDY, eos_token_ids=[], gamma=3
+    )
+    spec.drafter.stepper = Growing(spec.drafter.stepper, capacity=8)
+    records = list(live(spec, prepared(spec, spec.stream())))
+    assert spec.drafter.stepper.calls[0] == len(PROMPT) + 3  # 9 > 8: before the first round
+    assert isinstance(records[0], Progress)
+
+
 def test_stop_while_preparing_between_tokens_still_ends_with_the_summary():
     session = _session(tiny_llama())
     session.stepper = Growing(session.stepper, capacity=6)
@@ -275,3 +301,18 @@ def test_bench_captures_before_the_clock_starts(capture_log):
     assert events.count("clock starts") == 2 * 4  # warm-up round, then three alternated
     assert not captures_inside_a_clock(events)
     assert events.count(f"warm {len(PROMPT) + 10}") == 3  # each measured session's own
+
+
+def test_presets_and_the_benchs_rates_capture_before_the_clock(capture_log):
+    import engine.bench as bench
+    import engine.compare as compare
+
+    events, log_clocks = capture_log
+    log_clocks(bench)
+    log_clocks(compare)
+    bundle = make_bundle(tiny_llama(0), ByT5Tokenizer(), name="tiny")
+    presets = {"greedy": SamplerSettings(temperature=0), "warm": SamplerSettings(temperature=0.8)}
+    results = compare.compare_presets(bundle, PROMPT, presets, max_new_tokens=6, fast=True)
+    rate, _ = bench.ours_rate(bundle, PROMPT, 6, fast=True)
+    assert len(results) == 2 and rate > 0
+    assert events.count("clock starts") == 3 and not captures_inside_a_clock(events)
