@@ -98,6 +98,8 @@ class TokenTable:
             self._bytes = _byte_table()
         if all(char in self._bytes for char in raw):  # a byte-level BPE token: its bytes
             return show_bytes(bytes(self._bytes[char] for char in raw))
+        if len(raw) == 1 and ord(raw) < 256:  # one byte as chr(byte) (ByT5's vocabulary)
+            return show_bytes(bytes([ord(raw)]))
         return raw  # SentencePiece byte fallback is already "<0xF0>"
 
 

@@ -76,3 +76,17 @@ def test_byte_fallback_and_unknown_tokens_keep_their_own_names():
     assert table(1) == "<0xF0>"  # already in the byte-fallback notation
     assert table(2) == "▁x\ufffd"  # not byte-level BPE: shown as the vocabulary writes it
     assert table(3) == "<3>"
+
+
+def test_byt5_byte_tokens_show_their_bytes():
+    """ByT5 (the bundled tiny T5's tokenizer) names each byte chr(byte): the bytes of a
+    character split across tokens show as <0xNN>, control-range ones too."""
+    from transformers import ByT5Tokenizer
+
+    tok = ByT5Tokenizer()
+    text = "🌊 é"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    table = TokenTable(tok)
+    shown = [table(i) for i in ids]
+    assert b"".join(bytes_of(s) for s in shown) == text.encode("utf-8")
+    assert shown[:4] == ["<0xF0>", "<0x9F>", "<0x8C>", "<0x8A>"]
