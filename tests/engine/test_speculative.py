@@ -300,3 +300,12 @@ def test_stages_with_notes_run_in_speculative_sessions(stage):
         assert [c.prob for c in steps[0].candidates] == pytest.approx(
             [c.prob for c in first.candidates], abs=1e-6
         )
+        # what the penalties did to each candidate (the columns read at the top-N ids)
+        ours = [(c.cut_by, c.penalised_by) for c in steps[0].candidates]
+        assert ours == [(c.cut_by, c.penalised_by) for c in first.candidates]
+        for a, b in zip(steps[0].candidates, first.candidates, strict=True):
+            assert (a.before_p is None) == (b.before_p is None)
+            if a.before_p is not None:
+                assert (a.before_p, a.after_p) == pytest.approx((b.before_p, b.after_p), abs=1e-6)
+        if "repetition_penalty" in stage:  # the columns reach later rows' steps too
+            assert any(c.penalised_by and c.before_p > 0 for s in steps[1:] for c in s.candidates)
