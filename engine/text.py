@@ -3,6 +3,8 @@ display string of single tokens."""
 
 from __future__ import annotations
 
+import codecs
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +42,7 @@ class IncrementalDetokenizer:
             del self._offsets[n:]
 
 
+@functools.cache
 def _byte_table() -> dict[str, int]:
     """The byte-level BPE alphabet (GPT-2, Llama 3, SmolLM2, Qwen): one printable character
     per byte, as the tokenizers write their vocabularies; empty when transformers lacks it."""
@@ -50,22 +53,21 @@ def _byte_table() -> dict[str, int]:
     return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
+def _hex_bytes(err: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: the bytes that are no whole UTF-8 character, as ``<0xF0>``."""
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
+    return "".join(f"<0x{b:02X}>" for b in err.object[err.start : err.end]), err.end
+
+
+codecs.register_error("decoding-lab-hex-bytes", _hex_bytes)
+
+
 def show_bytes(data: bytes) -> str:
     """``data`` as text, each byte that is not part of a whole UTF-8 character written
     ``<0xF0>`` (the notation of byte-fallback vocabularies): b" \xf0\x9f" gives
     " <0xF0><0x9F>"."""
-    out, i = [], 0
-    while i < len(data):
-        try:
-            text = data[i:].decode("utf-8")
-            out.append(text)
-            break
-        except UnicodeDecodeError as err:
-            out.append(data[i : i + err.start].decode("utf-8"))
-            bad = data[i + err.start : i + err.end]
-            out.append("".join(f"<0x{b:02X}>" for b in bad))
-            i += err.end
-    return "".join(out)
+    return data.decode("utf-8", errors="decoding-lab-hex-bytes")
 
 
 class TokenTable:
@@ -76,7 +78,6 @@ class TokenTable:
     def __init__(self, tokenizer: Any | None) -> None:
         self.tokenizer = tokenizer
         self._cache: dict[int, str] = {}
-        self._bytes: dict[str, int] | None = None
 
     def __call__(self, token_id: int) -> str:
         text = self._cache.get(token_id)
@@ -94,10 +95,9 @@ class TokenTable:
         raw = self.tokenizer.convert_ids_to_tokens(token_id)
         if not isinstance(raw, str) or raw == "":
             return f"<{token_id}>"
-        if self._bytes is None:
-            self._bytes = _byte_table()
-        if all(char in self._bytes for char in raw):  # a byte-level BPE token: its bytes
-            return show_bytes(bytes(self._bytes[char] for char in raw))
+        table = _byte_table()
+        if all(char in table for char in raw):  # a byte-level BPE token: its bytes
+            return show_bytes(bytes(table[char] for char in raw))
         if len(raw) == 1 and ord(raw) < 256:  # one byte as chr(byte) (ByT5's vocabulary)
             return show_bytes(bytes([ord(raw)]))
         return raw  # SentencePiece byte fallback is already "<0xF0>"
