@@ -262,12 +262,16 @@ def static_stepper_or_none(model: torch.nn.Module, **kwargs: Any) -> StaticStepp
     return StaticStepper(model, **kwargs)
 
 
-def _warmable(session: Any) -> list[Any]:
+def _warmable(session: Any) -> list[tuple[Any, int]]:
     """The steppers a session decodes with that can be warmed up (a ``StaticStepper`` on
-    CUDA): the model's, and a draft model's."""
+    CUDA), each with how many tokens it runs past the session's ids: the model's (none), and
+    a draft model's (up to gamma, drafted in a round)."""
     drafter = getattr(session, "drafter", None)
-    found = [getattr(session, "stepper", None), getattr(drafter, "stepper", None)]
-    return [s for s in found if hasattr(s, "needs_warm_up")]
+    found = [
+        (getattr(session, "stepper", None), 0),
+        (getattr(drafter, "stepper", None), getattr(session, "gamma", 0)),
+    ]
+    return [(s, past) for s, past in found if hasattr(s, "needs_warm_up")]
 
 
 def warm_ups(session: Any, ahead: int = 0) -> Iterator[str]:
@@ -282,10 +286,8 @@ def warm_ups(session: Any, ahead: int = 0) -> Iterator[str]:
     if getattr(session, "finished", False):
         return
     length = len(getattr(session, "ids", ())) + ahead
-    drafter = getattr(getattr(session, "drafter", None), "stepper", None)
-    for stepper in _warmable(session):
-        # a draft model decodes up to gamma tokens past the run's ids in a round
-        needed = length + (getattr(session, "gamma", 0) if stepper is drafter else 0)
+    for stepper, past in _warmable(session):
+        needed = length + past
         if not stepper.needs_warm_up(needed):
             continue
         if getattr(stepper, "captures", 0):

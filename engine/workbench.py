@@ -87,8 +87,8 @@ def prepared(session: Any, records: Iterator[Any]) -> Iterator[Any]:
         yield from (Progress(text) for text in warm_ups(session))
         for record in records:
             yield record
-            end = getattr(session, "run_end", None)
-            if isinstance(record, Step) and (end is None or len(session.history) < end):
+            # run_end: set by the stream as it starts, so always current here
+            if isinstance(record, Step) and len(session.history) < session.run_end:
                 yield from (Progress(text) for text in warm_ups(session))  # a token follows
     finally:
         records.close()  # type: ignore[attr-defined] - a generator; marks a stopped run
