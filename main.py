@@ -148,8 +148,8 @@ def _add_server_options(gen: argparse.ArgumentParser, cmp: argparse.ArgumentPars
 
 
 def _open_served(args: argparse.Namespace):
-    from engine.remote import KeySource
-    from engine.remote_session import open_served
+    from engine.serve.remote import KeySource
+    from engine.serve.remote_session import open_served
 
     print(f"[connecting to {args.server}]", file=sys.stderr)
     return open_served(
@@ -159,9 +159,9 @@ def _open_served(args: argparse.Namespace):
 
 
 def cmd_generate_served(args: argparse.Namespace) -> int:
+    from engine.drivers.workbench import RunRequest
     from engine.records import SAMPLING, SERVED_STREAM
-    from engine.remote import RemoteError
-    from engine.workbench import RunRequest
+    from engine.serve.remote import RemoteError
 
     try:
         settings = _settings_from(args)
@@ -204,10 +204,10 @@ def cmd_generate_served(args: argparse.Namespace) -> int:
 
 def cmd_compare_served(args: argparse.Namespace) -> int:
     from engine import SamplerSettings
-    from engine.catalog import open_model
-    from engine.compare import compare_served, format_table
+    from engine.drivers.compare import compare_served, format_table
+    from engine.models.catalog import open_model
     from engine.records import ROW_SERVED_EXPLORE, MethodResult
-    from engine.remote import RemoteError
+    from engine.serve.remote import RemoteError
 
     try:
         bundle = _open_served(args)
@@ -267,8 +267,8 @@ def _add_sampler_options(gen: argparse.ArgumentParser) -> None:
     """One option per SamplerSettings field not above, with its help and default."""
     from dataclasses import fields
 
-    from engine.settings import STAGE_NAMES, SamplerSettings
-    from engine.strategy_help import tooltip
+    from engine.sampling.help import tooltip
+    from engine.sampling.settings import STAGE_NAMES, SamplerSettings
 
     defaults = SamplerSettings()
     group = gen.add_argument_group("more samplers (each off at its default)")
@@ -310,7 +310,7 @@ def _settings_from(args: argparse.Namespace):
     }
     from dataclasses import fields
 
-    from engine.settings import SamplerSettings
+    from engine.sampling.settings import SamplerSettings
 
     for f in fields(SamplerSettings):
         if f.name not in BASIC and getattr(args, f.name, None) is not None:
@@ -328,7 +328,7 @@ def _visible(text: str) -> str:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from engine import GenerationSession, ModelLoadError, Step
-    from engine.catalog import open_model
+    from engine.models.catalog import open_model
 
     try:
         settings = _settings_from(args)
@@ -367,7 +367,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 fast=args.engine == "fast",
             )
         else:
-            from engine.workbench import RunRequest, make_session
+            from engine.drivers.workbench import RunRequest, make_session
 
             request = RunRequest(
                 prompt, method=args.method, settings=settings, num_beams=args.num_beams,
@@ -407,7 +407,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.html:
-        from engine.share import write_run_html
+        from engine.classroom.share import write_run_html
 
         try:
             steps = list(session.history) if beams else steps  # a beam's final path
@@ -439,8 +439,8 @@ def _pick_rows(text: str) -> list[str]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from engine import ModelLoadError, SamplerSettings
-    from engine.catalog import open_model
-    from engine.compare import compare_methods, format_table
+    from engine.drivers.compare import compare_methods, format_table
+    from engine.models.catalog import open_model
     from engine.records import COMPARE_ROWS
 
     def say(m: str) -> None:
@@ -484,7 +484,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _compare_presets(args: argparse.Namespace, bundle, ids: list[int]) -> int:
     from engine import PRESETS
-    from engine.compare import compare_presets, format_preset_table
+    from engine.drivers.compare import compare_presets, format_preset_table
 
     names = [n.strip() for n in args.presets.split(",") if n.strip()]
     unknown = [n for n in names if n not in PRESETS]
@@ -510,7 +510,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from engine.bench import (
+    from engine.drivers.bench import (
         family_section,
         header,
         run_engine_bench,
@@ -518,7 +518,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         static_cpu_section,
         t5_section,
     )
-    from engine.catalog import open_model
+    from engine.models.catalog import open_model
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -555,7 +555,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_models(_args: argparse.Namespace) -> int:
-    from engine.catalog import list_bundled
+    from engine.models.catalog import list_bundled
 
     for m in list_bundled():
         state = "installed" if m.available() else "missing"
@@ -564,7 +564,7 @@ def cmd_models(_args: argparse.Namespace) -> int:
 
 
 def cmd_lessons(args: argparse.Namespace) -> int:
-    from engine.lessons import LessonError, bundled_lessons, load_lesson
+    from engine.classroom.lessons import LessonError, bundled_lessons, load_lesson
 
     if not args.files:
         for lesson in bundled_lessons():

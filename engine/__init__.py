@@ -1,8 +1,32 @@
 """Decoding Lab engine: pure PyTorch + transformers. Never imports Qt.
 
+The parts, one folder each::
+
+    models/     loading a model, its device and dtype, prompt ids, token text
+    step/       decode back-ends: ids -> next logits (model.forward, the fast paths, KV caches)
+    sampling/   settings and the sampler chain: logits -> probabilities -> a token
+    decode/     decoding methods: sessions that turn logits into Step records
+    serve/      served models (vLLM & co.) as sessions
+    classroom/  lessons, guess rounds, exports and the shared web page
+    drivers/    the window's actions, method comparison, the seed API, the benchmark
+    records.py  the plain records that leave the engine;  errors.py  its exceptions
+
+The data path from prompt to step record:
+
+    1. drivers.workbench.Workbench.start(RunRequest)    the window's "Generate", on the worker
+    2. models.loading.ModelBundle.encode_prompt(text)     prompt (+ chat template) -> ids
+    3. drivers.workbench.make_session(...)                 the method's session over those ids
+    4. sampling.processors.build_chain(settings)           stages that are not neutral -> Chain
+    5. decode.session.SessionBase.stream()                 the one loop: _advance() per token
+    6. step.stepper.Stepper.logits(ids)                    ids -> [1, vocab] logits (KV cached)
+    7. Chain.probs(ids, logits) -> probs, cut              every stage, recording who cut what
+    8. Chain.pick(probs, generator)                        argmax (greedy) or a seeded draw
+    9. decode.measure.measure(...)                         top-N, ranks, entropies: one host copy
+    10. SessionBase._make_step(...) -> records.Step        frozen record -> worker -> run store
+
 The names below load on first use (PEP 562), so ``import engine.records`` or
-``engine.settings`` does not pull in torch and transformers: the window opens first and the
-engine loads with the first model.
+``engine.sampling.settings`` does not pull in torch and transformers: the window opens first and
+the engine loads with the first model.
 """
 
 from __future__ import annotations
@@ -11,49 +35,49 @@ import importlib
 from typing import Any
 
 _HOME = {
-    "autoregressive_generate": "engine.compat",
-    "autoregressive_generate_encoder_decoder": "engine.compat",
-    "BeamSession": "engine.beam",
-    "ContrastiveSession": "engine.search",
-    "DRY": "engine.processors",
-    "GroupBeamSession": "engine.search",
-    "Mirostat": "engine.processors",
-    "SampledBeamSession": "engine.search",
-    "XTC": "engine.processors",
-    "build_chain": "engine.processors",
+    "autoregressive_generate": "engine.drivers.compat",
+    "autoregressive_generate_encoder_decoder": "engine.drivers.compat",
+    "BeamSession": "engine.decode.beam",
+    "ContrastiveSession": "engine.decode.search",
+    "DRY": "engine.sampling.processors",
+    "GroupBeamSession": "engine.decode.search",
+    "Mirostat": "engine.sampling.processors",
+    "SampledBeamSession": "engine.decode.search",
+    "XTC": "engine.sampling.processors",
+    "build_chain": "engine.sampling.processors",
     "Candidate": "engine.records",
-    "DEFAULT_SETTINGS": "engine.settings",
+    "DEFAULT_SETTINGS": "engine.sampling.settings",
     "EmptyPromptError": "engine.errors",
-    "GenerationSession": "engine.session",
-    "GreedyProcessor": "engine.compat",
-    "IncrementalDetokenizer": "engine.text",
-    "load_model": "engine.models",
-    "make_bundle": "engine.models",
-    "MinNewTokens": "engine.processors",
-    "MinP": "engine.processors",
-    "ModelBundle": "engine.models",
+    "GenerationSession": "engine.decode.session",
+    "GreedyProcessor": "engine.drivers.compat",
+    "IncrementalDetokenizer": "engine.models.text",
+    "load_model": "engine.models.loading",
+    "make_bundle": "engine.models.loading",
+    "MinNewTokens": "engine.sampling.processors",
+    "MinP": "engine.sampling.processors",
+    "ModelBundle": "engine.models.loading",
     "ModelLoadError": "engine.errors",
-    "ModelStepper": "engine.stepper",
-    "MultinomialProcessor": "engine.compat",
-    "ngram_assisted_speculative_generate": "engine.compat",
+    "ModelStepper": "engine.step.stepper",
+    "MultinomialProcessor": "engine.drivers.compat",
+    "ngram_assisted_speculative_generate": "engine.drivers.compat",
     "NonFiniteLogitsError": "engine.errors",
-    "NoRepeatNGram": "engine.processors",
-    "NucleusProcessor": "engine.compat",
-    "PRESETS": "engine.settings",
-    "RepetitionPenalty": "engine.processors",
+    "NoRepeatNGram": "engine.sampling.processors",
+    "NucleusProcessor": "engine.drivers.compat",
+    "PRESETS": "engine.sampling.settings",
+    "RepetitionPenalty": "engine.sampling.processors",
     "RunSummary": "engine.records",
-    "SamplerSettings": "engine.settings",
-    "speculative_generate": "engine.compat",
-    "speculative_generate_encoder_decoder": "engine.compat",
-    "SpeculativeSession": "engine.speculative",
+    "SamplerSettings": "engine.sampling.settings",
+    "speculative_generate": "engine.drivers.compat",
+    "speculative_generate_encoder_decoder": "engine.drivers.compat",
+    "SpeculativeSession": "engine.decode.speculative",
     "Step": "engine.records",
-    "stream_generate": "engine.session",
-    "Temperature": "engine.processors",
-    "TopK": "engine.processors",
-    "TopKNucleusProcessor": "engine.compat",
-    "TopKProcessor": "engine.compat",
-    "TopP": "engine.processors",
-    "TypicalP": "engine.processors",
+    "stream_generate": "engine.decode.session",
+    "Temperature": "engine.sampling.processors",
+    "TopK": "engine.sampling.processors",
+    "TopKNucleusProcessor": "engine.drivers.compat",
+    "TopKProcessor": "engine.drivers.compat",
+    "TopP": "engine.sampling.processors",
+    "TypicalP": "engine.sampling.processors",
 }
 
 

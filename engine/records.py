@@ -72,7 +72,7 @@ class Step:
     source: str = "sample"  # "sample", "greedy", "forced", "draft", "target", "beam"
     prefill: bool = False  # step_time includes reading the prompt (or catching up after undo)
     special: bool = False  # a special token of the tokenizer (<|im_end|>, </s>, ...)
-    # A served model (engine.remote_session) reports only its top-N candidates: the raw mass
+    # A served model (engine.serve.remote_session) reports only its top-N candidates: the raw mass
     # outside them ("other"), and entropies computed from N candidates plus that one lump,
     # which are lower bounds of the true entropy.
     other_p: float | None = None
@@ -237,7 +237,8 @@ ROW_SPEC_NGRAM = "speculative, n-gram"
 COMPARE_ROWS = (
     ROW_PLAIN_NO_CACHE, ROW_PLAIN, ROW_PLAIN_FAST, ROW_BEAM, ROW_SPEC_DRAFT, ROW_SPEC_NGRAM
 )  # fmt: skip
-# A served model (engine.remote_session): our chain on its top-N, or its own sampling, streamed.
+# A served model (engine.serve.remote_session): our chain on its top-N, or its own sampling,
+# streamed.
 ROW_SERVED_EXPLORE = "served, explore"
 ROW_SERVED_STREAM = "served, stream"
 SERVED_ROWS = (ROW_SERVED_EXPLORE, ROW_SERVED_STREAM)

@@ -24,7 +24,7 @@ def make_app(argv: list[str] | None = None) -> QApplication:
     app.setOrganizationName("DecodingLab")
     from PySide6.QtGui import QIcon
 
-    from engine.catalog import RESOURCES
+    from engine.models.catalog import RESOURCES
 
     app.setWindowIcon(QIcon(str(RESOURCES / "icons" / "decoding-lab.png")))
     return app

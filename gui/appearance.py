@@ -8,7 +8,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QApplication
 
-from engine.catalog import BUNDLED
+from engine.models.catalog import BUNDLED
 from gui.theme import THEMES, apply_palette
 
 if TYPE_CHECKING:

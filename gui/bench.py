@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from engine.bench import line, ours_rate
-from engine.models import ModelBundle
+from engine.drivers.bench import line, ours_rate
+from engine.models.loading import ModelBundle
 
 if TYPE_CHECKING:
     from gui.window import MainWindow
@@ -134,7 +134,7 @@ print(json.dumps({{"shown": shown, "load_s": ready - shown, "ready": ready}}), f
 RSS_CHILD = r"""
 import json, sys
 sys.path.insert(0, {root!r})
-from engine.catalog import open_model
+from engine.models.catalog import open_model
 from engine import GenerationSession, SamplerSettings
 
 def rss_mb():

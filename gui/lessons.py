@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDockWidget, QFileDialog, QMenu
 
-from engine.lessons import (
+from engine.classroom.lessons import (
     ACTION_GENERATE,
     FOCUS_BEAM_TREE,
     FOCUS_COMPARE,
@@ -25,13 +25,13 @@ from engine.lessons import (
     load_lesson,
 )
 from engine.records import SPEC_DRAFT
-from engine.settings import SamplerSettings
+from engine.sampling.settings import SamplerSettings
 from gui.presentation import PRESENT_TOP_N
 from gui.widgets.guess_panel import GuessPanel
 from gui.widgets.lesson_panel import LessonPanel, apply_to_panels
 
 if TYPE_CHECKING:
-    from engine.guess import GuessRound
+    from engine.classroom.guess import GuessRound
     from gui.window import MainWindow
 
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings, QStandardPaths
 from PySide6.QtWidgets import QFileDialog
 
-from engine.catalog import DEFAULT_MODEL
-from engine.export import write_atomic
-from engine.settings import SamplerSettings
+from engine.classroom.export import write_atomic
+from engine.models.catalog import DEFAULT_MODEL
+from engine.sampling.settings import SamplerSettings
 from gui.menus import BASE_FONT_PT
 from gui.widgets.model_picker import MAX_RECENTS
 from gui.widgets.token_pane import COLOR_BY_RANK

@@ -35,7 +35,7 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
         log_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     try:
-        from engine.catalog import BUNDLED
+        from engine.models.catalog import BUNDLED
         from gui.app import isolated_window, make_app
 
         make_app()
@@ -75,7 +75,7 @@ def classroom_views(
 ) -> list[Path]:
     """The two views a teacher projects, at 1280x720: the normal view, and the presentation
     view after a sampled run on the default model."""
-    from engine.catalog import BUNDLED, DEFAULT_MODEL
+    from engine.models.catalog import BUNDLED, DEFAULT_MODEL
     from gui.app import pump_until, wait_for_run
 
     window.resize(1280, 720)

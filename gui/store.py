@@ -16,7 +16,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.export import run_to_csv, run_to_json, run_to_markdown, step_to_dict, steps_from_dict
+from engine.classroom.export import (
+    run_to_csv,
+    run_to_json,
+    run_to_markdown,
+    step_to_dict,
+    steps_from_dict,
+)
 from engine.records import (
     KEEP_FULL,
     BeamEvent,
@@ -195,7 +201,7 @@ class RunStore:
         if kind == "md":
             return run_to_markdown(prompt, model, settings, self.steps)
         if kind == "html":
-            from engine.share import run_to_html
+            from engine.classroom.share import run_to_html
 
             method = self.run.method if self.run else ""
             return run_to_html(prompt, model, settings, self.steps, method=method)

@@ -20,9 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.models import ModelBundle
+from engine.drivers.workbench import BEAMS, RunRequest
+from engine.models.loading import ModelBundle
 from engine.records import CONTRASTIVE, SAMPLING, RunSummary, Step
-from engine.workbench import BEAMS, RunRequest
 from gui import appearance, persist, presentation
 from gui.lessons import Classroom
 from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
@@ -188,7 +188,7 @@ class MainWindow(QMainWindow):
         self.picker.fill(pending=source)
         served = parse_served(source)
         if served is not None:  # a model behind an OpenAI-compatible endpoint
-            from engine.remote import KeySource
+            from engine.serve.remote import KeySource
 
             url, model, key_kind = served
             self.status_text.setText(f"Connecting to {url}…")

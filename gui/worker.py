@@ -1,7 +1,7 @@
 """The only place the engine is driven from Qt.
 
 Every action (load a model, generate, step, branch, undo, compare, ...) is one ``Job`` on its
-own ``QThread`` with the four classic connections, running one ``engine.workbench`` action.
+own ``QThread`` with the four classic connections, running one ``engine.drivers.workbench`` action.
 An action that is a generator is driven between its yields, as superqt's generator worker
 does: each record goes to the run store (``Progress`` to the status bar); between records the
 job checks for Stop, keeps to the pacing limit, and sends in settings the user changed, for
@@ -19,16 +19,16 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
+from engine.drivers.workbench import STOP, RunRequest, Workbench
 from engine.errors import (
     DrafterMismatchError,
     EmptyPromptError,
     ModelLoadError,
     NonFiniteLogitsError,
 )
-from engine.models import ModelBundle
+from engine.models.loading import ModelBundle
 from engine.records import Progress, RunStarted, Step
-from engine.settings import SamplerSettings
-from engine.workbench import STOP, RunRequest, Workbench
+from engine.sampling.settings import SamplerSettings
 from gui.runtime import import_engine
 from gui.store import RunStore
 
@@ -42,7 +42,7 @@ def friendly_error(exc: BaseException) -> str:
             "The device ran out of memory. Try fewer new tokens, a smaller model, or the CPU. "
             f"({exc.__class__.__name__})"
         )
-    from engine.remote import RemoteError
+    from engine.serve.remote import RemoteError
 
     if isinstance(
         exc,
@@ -234,7 +234,7 @@ class EngineRunner(QObject):
         self, url: str, model: str | None = None, key_source: Any = None, **options: Any
     ) -> bool:
         """A model served elsewhere (``Workbench.open_remote``; ``key_source``: an
-        ``engine.remote.KeySource``); it becomes the current model as a loaded one does, and
+        ``engine.serve.remote.KeySource``); it becomes the current model as a loaded one does, and
         failures arrive on ``load_failed`` with the RemoteError's message."""
 
         def work(job: Job) -> ModelBundle:

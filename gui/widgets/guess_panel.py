@@ -1,6 +1,6 @@
 """The guess round: type the class's guesses, Reveal, see ranks, probabilities and points, and
-a running score. Scoring is ``engine.guess`` (3 points for the picked token, 2 for the model's
-top 3, 1 for its top 10)."""
+a running score. Scoring is ``engine.classroom.guess`` (3 points for the picked token, 2 for the
+model's top 3, 1 for its top 10)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.guess import GuessRound, Scoreboard, score_round
+from engine.classroom.guess import GuessRound, Scoreboard, score_round
 from engine.records import Step
 
 COLUMNS = ("Guess", "Token", "Rank", "Probability", "Points")

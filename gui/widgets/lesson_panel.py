@@ -18,7 +18,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.lessons import ACTION_COMPARE, ACTION_GENERATE, ACTION_STEP, Lesson, LessonStage
+from engine.classroom.lessons import (
+    ACTION_COMPARE,
+    ACTION_GENERATE,
+    ACTION_STEP,
+    Lesson,
+    LessonStage,
+)
 from engine.records import RUN_METHODS
 
 BASE_TEXT_PT = 15  # the stage's text: readable from the back of a classroom

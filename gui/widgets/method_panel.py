@@ -26,7 +26,7 @@ from engine.records import (
     SPEC_DRAFT,
     SPEC_NGRAM,
 )
-from engine.strategy_help import tooltip
+from engine.sampling.help import tooltip
 
 
 class MethodPanel(QGroupBox):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QComboBox, QFileDialog, QInputDialog, QWidget
 
-from engine.catalog import BUNDLED
+from engine.models.catalog import BUNDLED
 from gui.widgets.served_dialog import parse_served, served_title
 
 OPEN_FOLDER, OPEN_GGUF, OPEN_HUB = "action:folder", "action:gguf", "action:hub"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from engine.settings import SamplerSettings
+from engine.sampling.settings import SamplerSettings
 from gui.widgets.sampler_panel import KNOBS, KnobRow, SamplerPanel
 
 STRIP_FIELDS = ("temperature", "top_k", "top_p", "min_p")

@@ -1,7 +1,7 @@
 """Sliders and fields for the sampler chain, presets, seed and order. The everyday knobs sit
 on top; every other stage (penalties, DRY, XTC, mirostat, ...) and the order of the stages (a
 list to drag, with the presets of llama.cpp and transformers) in the collapsible "Advanced"
-group. Every tooltip comes from ``engine.strategy_help``."""
+group. Every tooltip comes from ``engine.sampling.help``."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.settings import (
+from engine.sampling.help import tooltip
+from engine.sampling.settings import (
     DEFAULT_SETTINGS,
     ORDER_OF,
     ORDER_TEMPERATURE_FIRST,
@@ -40,7 +41,6 @@ from engine.settings import (
     SamplerSettings,
     stage_order,
 )
-from engine.strategy_help import tooltip
 
 
 @dataclass(frozen=True)

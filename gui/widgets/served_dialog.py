@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.catalog import parse_served, served_source
+from engine.models.catalog import parse_served, served_source
 
 KEY_KINDS = {
     "none": "No key (a server started without --api-key)",

@@ -1,4 +1,4 @@
-"""Train the bundled tiny T5 (byte-level) on the verbalisation task in engine/verbalize.py.
+"""Train the bundled tiny T5 (byte-level) on the verbalisation task in engine/models/verbalize.py.
 
     .venv/bin/python resources/models/train_tiny_t5.py --minutes 24 --out resources/models/tiny-t5
 
@@ -21,7 +21,7 @@ import torch
 from transformers import ByT5Tokenizer, T5Config, T5ForConditionalGeneration
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from engine.verbalize import held_out_inputs, random_pair, renderings  # noqa: E402
+from engine.models.verbalize import held_out_inputs, random_pair, renderings  # noqa: E402
 
 HELD_OUT = 300
 

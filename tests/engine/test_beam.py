@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from engine.beam import FINISHED, PRUNED, RUNNING, BeamSession, beam_search
+from engine.decode.beam import FINISHED, PRUNED, RUNNING, BeamSession, beam_search
 from engine.records import BeamEvent, Rewind, Step
-from engine.settings import SamplerSettings
+from engine.sampling.settings import SamplerSettings
 from tiny_models import FACTORIES
 
 PROMPT = [5, 17, 33, 90, 41, 7]

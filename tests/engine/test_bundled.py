@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from engine import GenerationSession, SamplerSettings
-from engine.catalog import BUNDLED, list_bundled, load_bundled, open_model
-from engine.models import MANIFEST, gguf_cache_folder
-from engine.verbalize import held_out_inputs, renderings
+from engine.models.catalog import BUNDLED, list_bundled, load_bundled, open_model
+from engine.models.loading import MANIFEST, gguf_cache_folder
+from engine.models.verbalize import held_out_inputs, renderings
 
 pytestmark = pytest.mark.slow
 

@@ -2,8 +2,9 @@ import pytest
 from transformers import ByT5Tokenizer
 
 from engine import SamplerSettings
-from engine.compare import compare_methods, format_table
-from engine.models import make_bundle
+from engine.decode.speculative import DrafterMismatchError
+from engine.drivers.compare import compare_methods, format_table
+from engine.models.loading import make_bundle
 from engine.records import (
     COMPARE_ROWS,
     ROW_BEAM,
@@ -12,7 +13,6 @@ from engine.records import (
     ROW_SPEC_DRAFT,
     ROW_SPEC_NGRAM,
 )
-from engine.speculative import DrafterMismatchError
 from tiny_models import tiny_llama
 
 
@@ -99,7 +99,7 @@ def test_compare_applies_settings_written_as_words():
 
 
 def test_compare_has_a_fast_path_row_for_t5():
-    """A T5 takes the fast path (engine.fast_t5), so its comparison has that row too."""
+    """A T5 takes the fast path (engine.step.fast_t5), so its comparison has that row too."""
     from engine.records import ROW_PLAIN_FAST
     from tiny_models import tiny_t5
 

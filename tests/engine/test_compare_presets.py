@@ -8,9 +8,9 @@ from dataclasses import fields
 import pytest
 from transformers import ByT5Tokenizer
 
-from engine.compare import compare_presets, distinct_n, format_preset_table, repetition
-from engine.models import make_bundle
-from engine.settings import PRESETS, SamplerSettings
+from engine.drivers.compare import compare_presets, distinct_n, format_preset_table, repetition
+from engine.models.loading import make_bundle
+from engine.sampling.settings import PRESETS, SamplerSettings
 from tiny_models import tiny_llama
 
 

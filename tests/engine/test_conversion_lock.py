@@ -12,13 +12,13 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
-from engine.catalog import BUNDLED
-from engine.models import MANIFEST, gguf_cache_folder
+from engine.models.catalog import BUNDLED
+from engine.models.loading import MANIFEST, gguf_cache_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 CONVERT = (
-    "import sys, torch; from engine.catalog import BUNDLED; "
-    "from engine.models import converted_gguf; "
+    "import sys, torch; from engine.models.catalog import BUNDLED; "
+    "from engine.models.loading import converted_gguf; "
     "print(converted_gguf(BUNDLED['smollm2-135m'].path, torch.float32, "
     "lambda m: print(m, flush=True)), flush=True)"
 )

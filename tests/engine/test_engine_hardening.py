@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import GenerationSession, NonFiniteLogitsError, SamplerSettings
-from engine.processors import build_chain
-from engine.settings import ORDERS
-from engine.speculative import NGramDrafter, SpeculativeSession
+from engine.decode.speculative import NGramDrafter, SpeculativeSession
+from engine.sampling.processors import build_chain
+from engine.sampling.settings import ORDERS
 from tiny_models import tiny_llama
 
 PROMPT = [5, 17, 33, 90, 41, 7]

@@ -10,9 +10,9 @@ import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 from engine import GenerationSession, SamplerSettings
-from engine.fastpath import FastPathUnsupported, FastStepper, fast_stepper_or_none, supports
-from engine.speculative import NGramDrafter, SpeculativeSession
-from engine.stepper import ModelStepper, make_stepper
+from engine.decode.speculative import NGramDrafter, SpeculativeSession
+from engine.step.fastpath import FastPathUnsupported, FastStepper, fast_stepper_or_none, supports
+from engine.step.stepper import ModelStepper, make_stepper
 from family_models import FAMILIES, tiny
 from tiny_models import spy_on_init, tiny_t5
 
@@ -137,7 +137,7 @@ def test_sliding_window_changes_the_result_so_the_mask_is_tested():
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_seed_api_with_cache_takes_the_fast_path_and_equals_generate(family, monkeypatch):
-    from engine import compat
+    from engine.drivers import compat
 
     model = tiny(family)
     built = spy_on_init(monkeypatch, FastStepper)
@@ -162,9 +162,9 @@ def test_an_unknown_family_uses_model_forward_with_one_log_line(factory, caplog)
     assert supports(model) is not None
     with pytest.raises(FastPathUnsupported):
         FastStepper(model)
-    with caplog.at_level(logging.INFO, logger="engine.fastpath"):
+    with caplog.at_level(logging.INFO, logger="engine.step.fastpath"):
         assert fast_stepper_or_none(model) is None
-    lines = [r.getMessage() for r in caplog.records if r.name == "engine.fastpath"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "engine.step.fastpath"]
     assert len(lines) == 1 and "model.forward" in lines[0]
     if not model.config.is_encoder_decoder:
         assert isinstance(make_stepper(model, fast=True), ModelStepper)

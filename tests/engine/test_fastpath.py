@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from engine import GenerationSession, SamplerSettings
-from engine.fastpath import FastPathUnsupported, LlamaFastStepper, fast_stepper_or_none
-from engine.speculative import NGramDrafter, SpeculativeSession
-from engine.stepper import ModelStepper
+from engine.decode.speculative import NGramDrafter, SpeculativeSession
+from engine.step.fastpath import FastPathUnsupported, LlamaFastStepper, fast_stepper_or_none
+from engine.step.stepper import ModelStepper
 from tiny_models import tiny_bart, tiny_llama, tiny_t5
 
 PROMPT = [5, 17, 33, 90, 41, 7]
@@ -82,7 +82,7 @@ def test_other_architectures_fall_back():
 def test_cpu_kernel_agrees_with_the_model_forward_in_each_dtype(dtype):
     model = tiny_llama().to(dtype)
     fast, ref = LlamaFastStepper(model), ModelStepper(model, use_cache=False)
-    from engine.fastpath import onednn_supports
+    from engine.step.fastpath import onednn_supports
 
     # the oneDNN kernel wherever this CPU runs it in this dtype (bf16 needs AVX-512), else matmul
     assert fast.onednn == onednn_supports(dtype)
@@ -103,7 +103,7 @@ def test_cpu_kernel_falls_back_to_matmul_when_onednn_is_missing(monkeypatch):
 
 
 def test_matmul_only_forward_for_a_torch_without_onednn_agrees():
-    from engine.fastpath import compile_forward
+    from engine.step.fastpath import compile_forward
 
     model = tiny_llama()
     fast = LlamaFastStepper(model)

@@ -7,7 +7,7 @@ import stat
 import pytest
 from transformers import AutoConfig
 
-from engine import bench
+from engine.drivers import bench
 
 
 def test_header_names_the_cpu_its_flags_and_the_load():
@@ -60,13 +60,13 @@ def test_family_configs_build_and_take_the_fast_path(name):
             else [p["rope_theta"] for p in params.values()]
         )
         assert values["rope_theta"] in thetas
-    from engine.fastpath import FAMILIES
+    from engine.step.fastpath import FAMILIES
 
     assert cfg.model_type in FAMILIES
 
 
 def test_matrix_products_alone_times_the_steppers_own_products():
-    from engine.fastpath import FastStepper
+    from engine.step.fastpath import FastStepper
     from tiny_models import tiny_llama
 
     stepper = FastStepper(tiny_llama())

@@ -314,14 +314,14 @@ def test_debug_prints_each_step(capsys):
 
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
 def test_long_prompt_is_read_in_chunks_with_progress_and_same_tokens(name, monkeypatch):
-    import engine.stepper
+    import engine.step.stepper
     from engine.records import Progress, Step
 
     model = FACTORIES[name]()
     prompt = [(i * 37) % 200 + 3 for i in range(150)]
     whole = GenerationSession(model, prompt, GREEDY.with_(max_new_tokens=5), eos_token_ids=[])
     expected = [r.token_id for r in whole.stream() if isinstance(r, Step)]
-    monkeypatch.setattr(engine.stepper, "PREFILL_CHUNK", 40)
+    monkeypatch.setattr(engine.step.stepper, "PREFILL_CHUNK", 40)
     session = GenerationSession(model, prompt, GREEDY.with_(max_new_tokens=5), eos_token_ids=[])
     records = list(session.stream())
     progress = [r for r in records if isinstance(r, Progress)]

@@ -3,7 +3,7 @@
 import pytest
 from transformers import ByT5Tokenizer
 
-from engine.guess import (
+from engine.classroom.guess import (
     POINTS_CHOSEN,
     POINTS_TOP3,
     POINTS_TOP10,
@@ -142,9 +142,9 @@ def test_guess_scoreboard_runs_and_resets():
 def test_guess_round_on_a_real_step_of_the_bundled_model():
     """SmolLM2 after 'The capital of France is': greedy picks ' Paris'; the guesses are
     matched to the real vocabulary with its tokenizer."""
-    from engine.catalog import load_bundled
-    from engine.session import GenerationSession
-    from engine.settings import SamplerSettings
+    from engine.decode.session import GenerationSession
+    from engine.models.catalog import load_bundled
+    from engine.sampling.settings import SamplerSettings
 
     bundle = load_bundled("smollm2-135m", device="cpu")
     ids = bundle.encode_prompt("The capital of France is", use_chat_template=False)

@@ -4,8 +4,7 @@ from dataclasses import fields, replace
 
 import pytest
 
-from engine.catalog import BUNDLED
-from engine.lessons import (
+from engine.classroom.lessons import (
     ACTION_STEP,
     FOCUSES,
     LESSONS_DIR,
@@ -14,9 +13,10 @@ from engine.lessons import (
     load_lesson,
     parse_lesson,
 )
-from engine.processors import build_chain
+from engine.models.catalog import BUNDLED
 from engine.records import BEAM, SAMPLING, SPEC_DRAFT, SPEC_NGRAM, Step
-from engine.settings import SamplerSettings
+from engine.sampling.processors import build_chain
+from engine.sampling.settings import SamplerSettings
 
 TOPICS = (
     "token", "greedy", "temperature", "top-k", "repetition", "beam", "speculative",
@@ -178,8 +178,8 @@ def test_not_a_lesson_at_all(tmp_path):
 
 @pytest.mark.slow
 def test_every_lesson_stage_runs_two_tokens_on_its_bundled_model(lessons):
+    from engine.drivers.workbench import Workbench
     from engine.records import BeamEvent, RunStarted, RunSummary
-    from engine.workbench import Workbench
 
     benches: dict[str, Workbench] = {}
     ran = set()

@@ -5,7 +5,13 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, ByT5Tokenizer
 
 from engine import EmptyPromptError, GenerationSession, ModelLoadError, SamplerSettings, load_model
-from engine.models import DECODER_ONLY, ENCODER_DECODER, make_bundle, pick_device, pick_dtype
+from engine.models.loading import (
+    DECODER_ONLY,
+    ENCODER_DECODER,
+    make_bundle,
+    pick_device,
+    pick_dtype,
+)
 from tiny_models import tiny_llama, tiny_t5
 
 

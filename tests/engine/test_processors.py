@@ -22,7 +22,7 @@ from engine import (
     TopP,
     TypicalP,
 )
-from engine.processors import apply_chain, build_chain
+from engine.sampling.processors import apply_chain, build_chain
 
 INF = float("inf")
 NO_IDS = torch.empty((1, 0), dtype=torch.long)

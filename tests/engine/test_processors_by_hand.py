@@ -9,7 +9,7 @@ import torch
 from torch.testing import assert_close
 from transformers import ByT5Tokenizer
 
-from engine.processors import (
+from engine.sampling.processors import (
     DRY,
     LLAMA_CPP_ORDER,
     TRANSFORMERS_ORDER,
@@ -24,7 +24,7 @@ from engine.processors import (
     build_chain,
     stage_order,
 )
-from engine.settings import STAGE_NAMES, SamplerSettings
+from engine.sampling.settings import STAGE_NAMES, SamplerSettings
 
 INF = float("inf")
 NO_IDS = torch.empty((1, 0), dtype=torch.long)
@@ -295,7 +295,7 @@ def test_new_stages_and_settings_refuse_the_same_values(field, make, bad):
 
 
 def test_bias_refuses_nan_and_plus_infinity():
-    from engine.processors import SequenceBias
+    from engine.sampling.processors import SequenceBias
 
     for bad in (float("nan"), float("inf")):
         with pytest.raises(ValueError):

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.processors import (
+from engine.sampling.processors import (
     DRY,
     XTC,
     BannedSequences,
@@ -25,7 +25,7 @@ from engine.processors import (
     apply_chain,
     build_chain,
 )
-from engine.settings import ORDER_LLAMA_CPP, SamplerSettings
+from engine.sampling.settings import ORDER_LLAMA_CPP, SamplerSettings
 
 INF = float("inf")
 

@@ -7,7 +7,7 @@ import torch
 from torch.testing import assert_close
 from transformers.generation import logits_process as hf
 
-from engine.processors import (
+from engine.sampling.processors import (
     BannedSequences,
     EpsilonCutoff,
     EtaCutoff,

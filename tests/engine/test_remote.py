@@ -15,9 +15,12 @@ import pytest
 import torch
 from keyring.backend import KeyringBackend
 
-from engine.processors import build_chain
+from engine.decode.session import GenerationSession
+from engine.drivers.workbench import RunRequest, Workbench
 from engine.records import SERVED_STREAM, Step
-from engine.remote import (
+from engine.sampling.processors import build_chain
+from engine.sampling.settings import SamplerSettings
+from engine.serve.remote import (
     BAD_RESPONSE,
     CONTEXT_EXCEEDED,
     LOGPROBS_NOT_ALLOWED,
@@ -30,10 +33,7 @@ from engine.remote import (
     RemoteError,
     normalise_url,
 )
-from engine.remote_session import RemoteBundle, RemoteSession, RemoteStreamSession, top_n_math
-from engine.session import GenerationSession
-from engine.settings import SamplerSettings
-from engine.workbench import RunRequest, Workbench
+from engine.serve.remote_session import RemoteBundle, RemoteSession, RemoteStreamSession, top_n_math
 from tiny_models import tiny_llama
 
 KEY = "sk-test-7f3a9c-never-print-me"
@@ -197,7 +197,7 @@ def test_wrong_model_logprobs_and_context_are_named(model):
 
 def test_retries_with_backoff_on_429_and_5xx_then_succeeds(model, monkeypatch):
     slept: list[float] = []
-    monkeypatch.setattr("engine.remote.time.sleep", slept.append)
+    monkeypatch.setattr("engine.serve.remote.time.sleep", slept.append)
     server = FakeServer(model)
     client = RemoteClient(URL, MODEL, transport=httpx.MockTransport(server), backoff=0.5)
     server.fail_next = [429, 503, 502]
@@ -213,7 +213,7 @@ def test_retries_with_backoff_on_429_and_5xx_then_succeeds(model, monkeypatch):
 
 def test_retry_after_header_is_honoured(model, monkeypatch):
     slept: list[float] = []
-    monkeypatch.setattr("engine.remote.time.sleep", slept.append)
+    monkeypatch.setattr("engine.serve.remote.time.sleep", slept.append)
     answers = [httpx.Response(429, headers={"retry-after": "3"})]
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -226,7 +226,7 @@ def test_retry_after_header_is_honoured(model, monkeypatch):
 
 
 def test_unreachable_server_is_retried_then_named(monkeypatch):
-    monkeypatch.setattr("engine.remote.time.sleep", lambda s: None)
+    monkeypatch.setattr("engine.serve.remote.time.sleep", lambda s: None)
     calls = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -289,7 +289,7 @@ def test_key_from_env_and_keychain_is_sent_but_never_shown(model, monkeypatch, c
     previous = keyring.get_keyring()
     keyring.set_keyring(MemoryKeyring())
     try:
-        from engine.remote import store_key
+        from engine.serve.remote import store_key
 
         store_key(URL, KEY)
         monkeypatch.delenv("DECODING_LAB_API_KEY")
@@ -416,7 +416,7 @@ def test_branch_undo_redo_and_live_settings_work_in_explore_mode(model):
 
 
 def test_server_failure_mid_run_keeps_the_tokens_so_far(model, monkeypatch):
-    monkeypatch.setattr("engine.remote.time.sleep", lambda s: None)
+    monkeypatch.setattr("engine.serve.remote.time.sleep", lambda s: None)
     server = FakeServer(model)
     session = RemoteSession(client_for(server), PROMPT, SamplerSettings(temperature=0.0))
     got: list[Step] = []
@@ -512,7 +512,7 @@ def test_stream_broken_mid_answer_keeps_the_tokens_so_far(model):
 def test_cli_names_an_unreachable_server(monkeypatch, capsys):
     from main import cli
 
-    monkeypatch.setattr("engine.remote.time.sleep", lambda s: None)
+    monkeypatch.setattr("engine.serve.remote.time.sleep", lambda s: None)
     code = cli(["generate", "--server", "http://127.0.0.1:9", "--key-source", "none"])
     err = capsys.readouterr().err
     assert code == 1 and "error: Cannot reach the server at http://127.0.0.1:9" in err

@@ -5,9 +5,9 @@ per step (restored by a branch), XTC's removed tokens, DRY's and the penalties' 
 import pytest
 from transformers import ByT5Tokenizer
 
-from engine.processors import Mirostat
-from engine.session import GenerationSession
-from engine.settings import SamplerSettings
+from engine.decode.session import GenerationSession
+from engine.sampling.processors import Mirostat
+from engine.sampling.settings import SamplerSettings
 from tests.tiny_models import tiny_llama
 
 TOK = ByT5Tokenizer()
@@ -85,7 +85,7 @@ def test_plain_runs_carry_no_notes():
 def test_notes_and_penalties_survive_export_and_autosave():
     import json
 
-    from engine.export import step_to_dict, steps_from_dict
+    from engine.classroom.export import step_to_dict, steps_from_dict
 
     settings = SamplerSettings(
         dry_multiplier=2.0, frequency_penalty=0.5, xtc_threshold=0.01, xtc_probability=0.7,

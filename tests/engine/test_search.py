@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from engine.decode.search import ContrastiveSession, SampledBeamSession
 from engine.records import PRUNED, RUNNING, BeamEvent, Step
-from engine.search import ContrastiveSession, SampledBeamSession
-from engine.settings import SamplerSettings
+from engine.sampling.settings import SamplerSettings
 from tiny_models import FACTORIES
 
 PROMPT = [5, 17, 33, 90, 41, 7]
@@ -151,7 +151,7 @@ def group_beam_by_hand(model, prompt, n, groups, penalty, max_new, eos):
 @pytest.mark.parametrize("n, groups, penalty", [(4, 2, 0.5), (6, 3, 1.5), (4, 4, 3.0)])
 @torch.no_grad()
 def test_group_beam_equals_the_rule(name, n, groups, penalty):
-    from engine.search import GroupBeamSession
+    from engine.decode.search import GroupBeamSession
 
     model = FACTORIES[name]()
     for eos in ([], [34, 52]):
@@ -169,8 +169,8 @@ def test_group_beam_equals_the_rule(name, n, groups, penalty):
 
 @torch.no_grad()
 def test_group_beam_without_penalty_or_with_one_group_is_beam_search():
-    from engine.beam import beam_search
-    from engine.search import GroupBeamSession
+    from engine.decode.beam import beam_search
+    from engine.decode.search import GroupBeamSession
 
     model = FACTORIES["llama"]()
     for n, groups, penalty, plain in ((4, 1, 2.0, 4), (6, 3, 0.0, 2)):
@@ -183,7 +183,7 @@ def test_group_beam_without_penalty_or_with_one_group_is_beam_search():
 
 
 def test_group_beam_penalty_makes_groups_differ():
-    from engine.search import GroupBeamSession
+    from engine.decode.search import GroupBeamSession
 
     model = FACTORIES["llama"]()
     firsts = {}

@@ -14,10 +14,17 @@ from pathlib import Path
 import pytest
 from transformers import ByT5Tokenizer
 
+from engine.classroom.share import (
+    DEFAULT_TOP_N,
+    LABEL_CHARS,
+    TIP_ROWS,
+    band,
+    run_to_html,
+    write_run_html,
+)
+from engine.decode.session import GenerationSession
 from engine.records import SAMPLING, Step
-from engine.session import GenerationSession
-from engine.settings import SamplerSettings
-from engine.share import DEFAULT_TOP_N, LABEL_CHARS, TIP_ROWS, band, run_to_html, write_run_html
+from engine.sampling.settings import SamplerSettings
 from tiny_models import tiny_llama
 
 CHROMIUM = os.environ.get("DECODING_LAB_CHROMIUM", "/usr/bin/chromium")

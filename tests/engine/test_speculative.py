@@ -12,21 +12,21 @@ from engine import (
     autoregressive_generate,
     autoregressive_generate_encoder_decoder,
 )
-from engine.compat import (
-    MultinomialProcessor,
-    ngram_assisted_speculative_generate,
-    speculative_generate,
-    speculative_generate_encoder_decoder,
-)
-from engine.records import SpeculativeReport, Step
-from engine.speculative import (
+from engine.decode.speculative import (
     DrafterMismatchError,
     ModelDrafter,
     NGramDrafter,
     SpeculativeSession,
     check_same_tokenizer,
 )
-from engine.stepper import ModelStepper
+from engine.drivers.compat import (
+    MultinomialProcessor,
+    ngram_assisted_speculative_generate,
+    speculative_generate,
+    speculative_generate_encoder_decoder,
+)
+from engine.records import SpeculativeReport, Step
+from engine.step.stepper import ModelStepper
 from tiny_models import tiny_gpt2, tiny_llama, tiny_t5
 
 PROMPT = [5, 17, 33, 90, 41, 7, 5, 17, 33]
@@ -244,7 +244,7 @@ def test_every_pair_of_cache_modes_agree():
 def test_mirostat_mu_moves_with_every_token_of_a_speculative_run(drafter):
     """Each verified position is filtered with the mu the tokens before it leave, as a plain
     session would: checked against the chain run token by token on model.forward."""
-    from engine.processors import build_chain
+    from engine.sampling.processors import build_chain
 
     model = tiny_llama(0)
     settings = SamplerSettings(

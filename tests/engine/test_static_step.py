@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from engine import GenerationSession, SamplerSettings
-from engine.fastpath import FastStepper
-from engine.speculative import NGramDrafter, SpeculativeSession
-from engine.static_step import StaticStepper, static_stepper_or_none
-from engine.stepper import ModelStepper, make_stepper
+from engine.decode.speculative import NGramDrafter, SpeculativeSession
+from engine.step.fastpath import FastStepper
+from engine.step.static_step import StaticStepper, static_stepper_or_none
+from engine.step.stepper import ModelStepper, make_stepper
 from family_models import FAMILIES, tiny
 
 PROMPT = [5, 17, 33, 90, 41, 7]
@@ -95,10 +95,10 @@ def test_sessions_and_speculative_run_on_the_static_step():
 
 def test_without_cuda_graphs_fall_back_with_one_line(caplog):
     model = tiny("llama")
-    with caplog.at_level(logging.INFO, logger="engine.static_step"):
+    with caplog.at_level(logging.INFO, logger="engine.step.static_step"):
         static = StaticStepper(model, graphs=True)
     assert not static.graphs and "CUDA" in static.fallback
-    assert [r.name for r in caplog.records].count("engine.static_step") == 1
+    assert [r.name for r in caplog.records].count("engine.step.static_step") == 1
     assert not static.warm_up()
     assert _greedy(static, PROMPT, 5) == _greedy(FastStepper(model), PROMPT, 5)
     # and make_stepper keeps the TorchScript step for a model on the CPU

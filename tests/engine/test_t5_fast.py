@@ -17,8 +17,8 @@ from transformers import (
 )
 
 from engine import GenerationSession, SamplerSettings
-from engine.fast_t5 import T5FastStepper, supports_t5
-from engine.stepper import ModelStepper, make_stepper
+from engine.step.fast_t5 import T5FastStepper, supports_t5
+from engine.step.stepper import ModelStepper, make_stepper
 from tiny_models import spy_on_init, tiny_bart
 
 ENC = [5, 17, 33, 90, 41, 7, 12, 250, 3, 64]
@@ -118,7 +118,7 @@ def test_branching_on_the_fast_path_matches_generate_from_the_branch(kind):
 
 @pytest.mark.parametrize("kind", ["t5-relu-tied", "flan-gated-gelu-untied"])
 def test_seed_api_with_cache_takes_the_t5_path_and_equals_generate(kind, monkeypatch):
-    from engine import compat
+    from engine.drivers import compat
 
     model = tiny(kind)
     built = spy_on_init(monkeypatch, T5FastStepper)
@@ -168,7 +168,7 @@ def test_an_empty_encoder_input_is_refused_as_model_forward_does():
 
 @pytest.mark.slow
 def test_bundled_tiny_t5_equals_generate():
-    from engine.catalog import open_model
+    from engine.models.catalog import open_model
 
     bundle = open_model("tiny-t5", device="cpu")
     model = bundle.model
@@ -190,10 +190,10 @@ def test_bundled_tiny_t5_equals_generate():
 def test_an_unsupported_encoder_decoder_uses_model_forward_with_one_log_line(caplog):
     model = tiny_bart()
     assert "bart" in supports_t5(model)
-    with caplog.at_level(logging.INFO, logger="engine.fast_t5"):
+    with caplog.at_level(logging.INFO, logger="engine.step.fast_t5"):
         stepper = make_stepper(model, [5, 6, 7], fast=True)
     assert isinstance(stepper, ModelStepper)
-    lines = [r.getMessage() for r in caplog.records if r.name == "engine.fast_t5"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "engine.step.fast_t5"]
     assert len(lines) == 1 and lines[0].startswith("fast path off:") and "model.forward" in lines[0]
 
 
@@ -213,7 +213,7 @@ def test_the_slow_and_uncached_paths_stay_model_forward():
 
 @pytest.mark.parametrize("draft_seed", [0, 1])  # 0: drafts all accepted; 1: many rejected
 def test_speculative_decoding_runs_both_models_on_the_t5_step_and_equals_generate(draft_seed):
-    from engine.speculative import ModelDrafter, SpeculativeSession
+    from engine.decode.speculative import ModelDrafter, SpeculativeSession
 
     target, draft = tiny("t5-relu-tied"), tiny("t5-relu-tied", seed=draft_seed)
     drafter = ModelDrafter(draft, ENC, fast=True)

@@ -8,7 +8,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from engine.text import TokenTable, show_bytes
+from engine.models.text import TokenTable, show_bytes
 
 TEXT = "Hi 🌊 café 日本 ünï"
 

@@ -1,15 +1,15 @@
 """The GPU decode step is compiled and captured before the first token, off the GUI thread,
-with a line for the status bar (``engine.workbench.prepared``); on CPU nothing happens."""
+with a line for the status bar (``engine.drivers.workbench.prepared``); on CPU nothing happens."""
 
 import pytest
 import torch
 from transformers import ByT5Tokenizer
 
 from engine import GenerationSession, SamplerSettings
-from engine.models import make_bundle
+from engine.drivers.workbench import STOP, live, prepared
+from engine.models.loading import make_bundle
 from engine.records import ROW_PLAIN, ROW_PLAIN_FAST, ROW_SPEC_NGRAM, Progress, RunSummary, Step
-from engine.static_step import StaticStepper
-from engine.workbench import STOP, live, prepared
+from engine.step.static_step import StaticStepper
 from tiny_models import tiny_llama
 
 PROMPT = [5, 17, 33, 90, 41, 7]
@@ -172,7 +172,7 @@ def test_nothing_is_captured_after_the_last_token_of_the_runs_budget():
 
 
 def test_a_draft_model_is_prepared_for_the_tokens_it_drafts_ahead():
-    from engine.speculative import ModelDrafter, SpeculativeSession
+    from engine.decode.speculative import ModelDrafter, SpeculativeSession
 
     spec = SpeculativeSession(
         tiny_llama(0), PROMPT, ModelDrafter(tiny_llama(1)), GREEDY, eos_token_ids=[], gamma=3
@@ -226,8 +226,8 @@ def test_cuda_a_run_past_its_capacity_captures_again_between_tokens():
 def capture_log(monkeypatch):
     """Every session's stepper needs a capture (as a StaticStepper on CUDA does, capturing
     inside ``logits`` when nobody warmed it up); the log says when captures and clocks ran."""
-    from engine.session import GenerationSession as Session
-    from engine.speculative import SpeculativeSession
+    from engine.decode.session import GenerationSession as Session
+    from engine.decode.speculative import SpeculativeSession
 
     events: list[str] = []
 
@@ -276,7 +276,7 @@ def captures_inside_a_clock(events: list[str]) -> list[str]:
 def test_compare_captures_before_the_clock_starts(capture_log):
     """The comparison's timed runs measure decoding: each session's GPU step is captured
     (sized for the whole run) before its clock starts, never inside it."""
-    import engine.compare as compare
+    import engine.drivers.compare as compare
 
     events, log_clocks = capture_log
     log_clocks(compare)
@@ -292,7 +292,7 @@ def test_compare_captures_before_the_clock_starts(capture_log):
 
 
 def test_bench_captures_before_the_clock_starts(capture_log):
-    import engine.bench as bench
+    import engine.drivers.bench as bench
 
     events, log_clocks = capture_log
     log_clocks(bench)
@@ -304,8 +304,8 @@ def test_bench_captures_before_the_clock_starts(capture_log):
 
 
 def test_presets_and_the_benchs_rates_capture_before_the_clock(capture_log):
-    import engine.bench as bench
-    import engine.compare as compare
+    import engine.drivers.bench as bench
+    import engine.drivers.compare as compare
 
     events, log_clocks = capture_log
     log_clocks(bench)

@@ -238,9 +238,9 @@ def test_restored_run_continues_and_steps(qtbot, store, autosave, tiny_dir):
 
 
 def test_long_prompt_fills_a_progress_bar_and_close_is_quick(qtbot, window, tiny_dir, monkeypatch):
-    import engine.stepper
+    import engine.step.stepper
 
-    monkeypatch.setattr(engine.stepper, "PREFILL_CHUNK", 16)
+    monkeypatch.setattr(engine.step.stepper, "PREFILL_CHUNK", 16)
     load(qtbot, window, tiny_dir)
     set_settings(window, temperature=0.0, max_new_tokens=3)
     window.prompt_box.chat_template.setChecked(False)
@@ -266,12 +266,12 @@ def test_long_prompt_fills_a_progress_bar_and_close_is_quick(qtbot, window, tiny
 
 def test_stop_acts_between_prompt_chunks():
     """Closing the stream after the first chunk's progress record: no token is generated."""
-    import engine.stepper
+    import engine.step.stepper
     from engine.records import Progress
     from tiny_models import tiny_llama
 
-    old = engine.stepper.PREFILL_CHUNK
-    engine.stepper.PREFILL_CHUNK = 16
+    old = engine.step.stepper.PREFILL_CHUNK
+    engine.step.stepper.PREFILL_CHUNK = 16
     try:
         session = GenerationSession(tiny_llama(), list(range(3, 200)),
                                     SamplerSettings(temperature=0.0), eos_token_ids=[])  # fmt: skip
@@ -279,7 +279,7 @@ def test_stop_acts_between_prompt_chunks():
         assert isinstance(next(stream), Progress)
         stream.close()
     finally:
-        engine.stepper.PREFILL_CHUNK = old
+        engine.step.stepper.PREFILL_CHUNK = old
     assert session.history == [] and session.stop_reason == "stopped"
 
 

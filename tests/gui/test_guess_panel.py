@@ -8,10 +8,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 from transformers import ByT5Tokenizer
 
-from engine.guess import score_round
+from engine.classroom.guess import score_round
+from engine.decode.session import GenerationSession
 from engine.records import Step
-from engine.session import GenerationSession
-from engine.settings import SamplerSettings
+from engine.sampling.settings import SamplerSettings
 from gui.widgets.guess_panel import GuessPanel, visible
 from tiny_models import tiny_llama
 

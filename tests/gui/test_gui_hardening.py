@@ -103,8 +103,8 @@ def test_out_of_memory_while_generating_keeps_the_model_usable(
     qtbot, window, tiny_dir, monkeypatch
 ):
     load(qtbot, window, tiny_dir)
-    from engine.fastpath import LlamaFastStepper
-    from engine.stepper import ModelStepper
+    from engine.step.fastpath import LlamaFastStepper
+    from engine.step.stepper import ModelStepper
 
     calls = {"n": 0}
 
@@ -142,7 +142,7 @@ def test_out_of_memory_while_loading_keeps_the_previous_model(qtbot, window, tin
     def oom(*_a, **_k):
         raise torch.OutOfMemoryError("out of memory")
 
-    monkeypatch.setattr("engine.catalog.open_model", oom)
+    monkeypatch.setattr("engine.models.catalog.open_model", oom)
     with qtbot.waitSignal(window.runner.load_failed, timeout=10000):
         window.load_model("smollm2-135m")
     qtbot.waitUntil(lambda: not window.runner.busy)

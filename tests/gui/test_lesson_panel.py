@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from engine.lessons import bundled_lessons, parse_lesson
-from engine.settings import SamplerSettings
+from engine.classroom.lessons import bundled_lessons, parse_lesson
+from engine.sampling.settings import SamplerSettings
 from gui.widgets.lesson_panel import LessonPanel, apply_to_panels, setup_line
 from gui.widgets.method_panel import MethodPanel
 from gui.widgets.sampler_panel import SamplerPanel

@@ -2,7 +2,7 @@
 
 from conftest import load, run
 
-from engine.lessons import FOCUS_BEAM_TREE, FOCUS_COMPARE, bundled_lessons
+from engine.classroom.lessons import FOCUS_BEAM_TREE, FOCUS_COMPARE, bundled_lessons
 
 
 def test_every_shipped_lesson_stage_sets_the_window_up(qtbot, window, monkeypatch):

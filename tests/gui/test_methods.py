@@ -7,7 +7,7 @@ from tokenizers import Tokenizer, models
 from transformers import GPT2TokenizerFast
 
 from engine import GenerationSession
-from engine.beam import beam_search
+from engine.decode.beam import beam_search
 from gui.widgets.method_panel import BEAM, SPEC_DRAFT, SPEC_NGRAM
 from tiny_models import tiny_llama
 

@@ -9,8 +9,13 @@ import pytest
 from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QLineEdit, QListWidget, QWidget
 
 from engine.records import BEAM, CONTRASTIVE, GROUP_BEAM, SAMPLING
-from engine.settings import LLAMA_CPP_ORDER, TRANSFORMERS_ORDER, SamplerSettings, stage_order
-from engine.strategy_help import HELP
+from engine.sampling.help import HELP
+from engine.sampling.settings import (
+    LLAMA_CPP_ORDER,
+    TRANSFORMERS_ORDER,
+    SamplerSettings,
+    stage_order,
+)
 from gui.widgets.method_panel import MethodPanel
 from gui.widgets.sampler_panel import SamplerPanel, parse_bias
 

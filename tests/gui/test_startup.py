@@ -33,8 +33,9 @@ def test_window_shows_without_importing_torch_or_transformers():
 def test_engine_records_and_settings_import_without_torch():
     code = (
         "import sys\n"
-        "import engine, engine.records, engine.settings, engine.errors, engine.export, "
-        "engine.catalog, engine.models, engine.checks\n"
+        "import engine, engine.records, engine.sampling.settings, engine.errors, "
+        "engine.classroom.export, engine.models.catalog, engine.models.loading, "
+        "engine.sampling.checks\n"
         "from engine import SamplerSettings, PRESETS\n"
         "SamplerSettings(temperature=0.5, top_k=3)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"

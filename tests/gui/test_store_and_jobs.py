@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from conftest import load, run
 
+from engine.drivers.workbench import STOP, live
 from engine.records import (
     SPEC_NGRAM,
     Candidate,
@@ -17,7 +18,6 @@ from engine.records import (
     RunSummary,
     Step,
 )
-from engine.workbench import STOP, live
 from gui.store import RunStore
 from gui.worker import Controls, drive
 
@@ -164,9 +164,9 @@ def test_live_settings_apply_during_a_speculative_run(qtbot, window, tiny_dir):
 
 @pytest.mark.parametrize("method", ["sampling", "beam", "spec_ngram"])
 def test_tokenising_and_session_building_happen_on_the_worker(qtbot, window, tiny_dir, method):
-    from engine.beam import BeamSession
-    from engine.models import ModelBundle
-    from engine.session import SessionBase
+    from engine.decode.beam import BeamSession
+    from engine.decode.session import SessionBase
+    from engine.models.loading import ModelBundle
 
     load(qtbot, window, tiny_dir)
     gui_thread = threading.get_ident()

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.vllm_server import VLLMServer, bundled_hf_folder, start_vllm, vllm_problem
+from engine.serve.vllm_server import VLLMServer, bundled_hf_folder, start_vllm, vllm_problem
 
 API_KEY = "test-key-3b1f"  # only for this loopback server
 START_TIMEOUT = float(os.environ.get("DECODING_LAB_VLLM_START_TIMEOUT", "900"))

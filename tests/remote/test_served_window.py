@@ -19,7 +19,7 @@ def test_window_explores_the_served_model(qtbot, tmp_path, vllm_server, hf_folde
     from PySide6.QtCore import QSettings
 
     from engine.records import Step
-    from engine.remote_session import RemoteBundle
+    from engine.serve.remote_session import RemoteBundle
     from gui.window import MainWindow
 
     store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.catalog import open_model
-from engine.compare import compare_served, format_table
+from engine.decode.session import GenerationSession
+from engine.drivers.compare import compare_served, format_table
+from engine.models.catalog import open_model
 from engine.records import ROW_PLAIN, ROW_SERVED_EXPLORE, ROW_SERVED_STREAM, MethodResult
-from engine.remote import MODEL_NOT_FOUND, UNAUTHORIZED, UNREACHABLE, KeySource, RemoteError
-from engine.remote_session import RemoteSession, RemoteStreamSession, open_served
-from engine.session import GenerationSession
-from engine.settings import SamplerSettings
+from engine.sampling.settings import SamplerSettings
+from engine.serve.remote import MODEL_NOT_FOUND, UNAUTHORIZED, UNREACHABLE, KeySource, RemoteError
+from engine.serve.remote_session import RemoteSession, RemoteStreamSession, open_served
 
 # The first test also waits for the server to start (up to DECODING_LAB_VLLM_START_TIMEOUT).
 pytestmark = [pytest.mark.remote, pytest.mark.timeout(1500)]

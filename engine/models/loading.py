@@ -238,7 +238,7 @@ def make_bundle(
     dtype: torch.dtype | None = None,
 ) -> ModelBundle:
     """Wrap an already loaded model and tokenizer."""
-    from engine.device import context_length, model_device
+    from engine.models.device import context_length, model_device
 
     kind = ENCODER_DECODER if getattr(model.config, "is_encoder_decoder", False) else DECODER_ONLY
     first = next(model.parameters())

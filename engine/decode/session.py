@@ -9,8 +9,8 @@ the iteration is how a caller cancels; the iteration's ``send`` is not used.
 ``GenerationSession`` adds sampling: the sampler chain (replaced live through ``settings``),
 forcing the next token, branching from an earlier step (the KV cache is cropped, not
 recomputed) and undoing or redoing such a choice with the exact records it replaced.
-Speculative decoding (``engine.speculative``) and beam search (``engine.beam``) are the same
-base plus their strategy.
+Speculative decoding (``engine.decode.speculative``) and beam search (``engine.decode.beam``)
+are the same base plus their strategy.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-from engine.device import vocab_size
+from engine.decode.measure import Measured, measure
 from engine.errors import NonFiniteLogitsError
-from engine.measure import Measured, measure
-from engine.processors import Sampler, build_chain
-from engine.prompt import decode_start
+from engine.models.device import vocab_size
+from engine.models.prompt import decode_start
+from engine.models.text import TextTrack
 from engine.records import (
     KEEP_FULL,
     SAMPLING,
@@ -37,9 +37,9 @@ from engine.records import (
     Step,
     lighten_old,
 )
-from engine.settings import DEFAULT_SETTINGS, SamplerSettings
-from engine.stepper import ModelStepper, Stepper, catch_up, make_stepper, to_feed
-from engine.text import TextTrack
+from engine.sampling.processors import Sampler, build_chain
+from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.step.stepper import ModelStepper, Stepper, catch_up, make_stepper, to_feed
 
 Record = Any  # Step | Rewind | engine.records.BeamEvent | SpeculativeReport | ...
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.models import ModelBundle
+from engine.models.loading import ModelBundle
 from engine.records import (
     BEAM,
     CONTRASTIVE,
@@ -31,7 +31,7 @@ from engine.records import (
     RunStarted,
     Step,
 )
-from engine.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 
 STOP = object()  # send this into an action to end the run after the current token
 
@@ -78,10 +78,10 @@ def live(session: Any, records: Iterator[Any], settings: bool = True) -> Action:
 
 def prepared(session: Any, records: Iterator[Any]) -> Iterator[Any]:
     """``records``, with the GPU decode step compiled and captured before the first token and
-    again between tokens when the run outgrows its cache (``engine.static_step.warm_ups``),
+    again between tokens when the run outgrows its cache (``engine.step.static_step.warm_ups``),
     each time after a ``Progress`` line for the status bar. Nothing is added for other
     steppers (CPU, ``model.forward``)."""
-    from engine.static_step import warm_ups  # torch: not at import (the window starts first)
+    from engine.step.static_step import warm_ups  # torch: not at import (the window starts first)
 
     try:
         yield from (Progress(text) for text in warm_ups(session))
@@ -114,8 +114,8 @@ class Workbench:
     ) -> ModelBundle:
         """Load a model (or a draft model, which must share the target's tokenizer) and
         return it; ``adopt`` makes it current, so a cancelled load leaves the old one."""
-        from engine.catalog import open_model
-        from engine.speculative import check_same_tokenizer
+        from engine.decode.speculative import check_same_tokenizer
+        from engine.models.catalog import open_model
 
         bundle = open_model(source, device=device, dtype=dtype, progress=progress)
         if draft and self.bundle is not None:
@@ -125,9 +125,9 @@ class Workbench:
     def open_remote(
         self, url: str, model: str | None = None, key_source: Any = None, **options: Any
     ) -> ModelBundle:
-        """Connect to a served model (``engine.remote_session.open_served``: ``options`` are
+        """Connect to a served model (``engine.serve.remote_session.open_served``: ``options`` are
         its keyword arguments); ``adopt`` makes it current, like a loaded model."""
-        from engine.remote_session import open_served
+        from engine.serve.remote_session import open_served
 
         return open_served(url, model, key_source, **options)
 
@@ -143,7 +143,7 @@ class Workbench:
     def start(self, request: RunRequest) -> Action:
         """A new run: tokenise the prompt, build the method's session, stream it."""
         bundle = self._bundle()
-        served = hasattr(bundle, "make_session")  # engine.remote_session.RemoteBundle
+        served = hasattr(bundle, "make_session")  # engine.serve.remote_session.RemoteBundle
         if request.method not in RUN_METHODS and not (served and request.method == SERVED_STREAM):
             raise ValueError(f"Unknown method {request.method!r}: choose {', '.join(RUN_METHODS)}")
         ids = bundle.encode_prompt(request.prompt, request.chat_template)
@@ -218,12 +218,12 @@ class Workbench:
 
     def compare(self, request: RunRequest) -> Action:
         """The comparison of methods on this prompt and seed, one result at a time."""
-        from engine.compare import compare_iter
+        from engine.drivers.compare import compare_iter
 
         bundle = self._bundle()
         ids = bundle.encode_prompt(request.prompt, request.chat_template)
         if hasattr(bundle, "make_session"):
-            from engine.compare import compare_served
+            from engine.drivers.compare import compare_served
 
             yield from compare_served(
                 bundle, ids, request.settings, request.settings.max_new_tokens
@@ -269,11 +269,11 @@ def make_session(
         keep_candidates=request.keep_candidates,
     )  # fmt: skip
     if request.method == BEAM:
-        from engine.beam import BeamSession
+        from engine.decode.beam import BeamSession
 
         return BeamSession(bundle.model, ids, settings, num_beams=request.num_beams, **common)
     if request.method in (SAMPLED_BEAM, GROUP_BEAM, CONTRASTIVE):
-        from engine.search import ContrastiveSession, GroupBeamSession, SampledBeamSession
+        from engine.decode.search import ContrastiveSession, GroupBeamSession, SampledBeamSession
 
         if request.method == SAMPLED_BEAM:
             return SampledBeamSession(
@@ -290,7 +290,7 @@ def make_session(
             top_k=request.contrastive_k, **common,
         )  # fmt: skip
     if request.method in (SPEC_NGRAM, SPEC_DRAFT):
-        from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession
+        from engine.decode.speculative import ModelDrafter, NGramDrafter, SpeculativeSession
 
         if request.method == SPEC_DRAFT:
             if draft is None:
@@ -303,6 +303,6 @@ def make_session(
             bundle.model, ids, drafter, settings, gamma=request.gamma, seed=settings.seed,
             fast=request.fast, **common,
         )  # fmt: skip
-    from engine.session import GenerationSession
+    from engine.decode.session import GenerationSession
 
     return GenerationSession(bundle.model, ids, settings, fast=request.fast, **common)

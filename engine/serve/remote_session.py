@@ -1,4 +1,4 @@
-"""Exploring a served model (``engine.remote``) with the same records as a local run. No Qt.
+"""Exploring a served model (``engine.serve.remote``) with the same records as a local run. No Qt.
 
 Explore mode (``RemoteSession``): each step asks the server for the next position's top-N raw
 log-probabilities (N up to its limit, vLLM ``--max-logprobs``), sending the ids the session
@@ -33,16 +33,16 @@ from typing import Any
 
 import torch
 
-from engine.catalog import served_source
+from engine.decode.measure import Measured
+from engine.decode.session import GenerationSession, RunClock, SessionBase, step_seed
 from engine.errors import EmptyPromptError
-from engine.measure import Measured
-from engine.models import DECODER_ONLY, ModelBundle
-from engine.prompt import as_id_list
+from engine.models.catalog import served_source
+from engine.models.loading import DECODER_ONLY, ModelBundle
+from engine.models.prompt import as_id_list
+from engine.models.text import TextTrack
 from engine.records import KEEP_FULL, SAMPLING, SERVED_STREAM, Candidate, Step
-from engine.remote import KeySource, RemoteClient, ServedToken, ServerTokenizer
-from engine.session import GenerationSession, RunClock, SessionBase, step_seed
-from engine.settings import DEFAULT_SETTINGS, SamplerSettings
-from engine.text import TextTrack
+from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.serve.remote import KeySource, RemoteClient, ServedToken, ServerTokenizer
 
 LN2 = math.log(2.0)
 
@@ -207,7 +207,7 @@ class RemoteSession(GenerationSession):
         rank = ids.index(token) + 1 if token in ids else len(ids) + 1
         n = self.top_n
         # What the stages report (penalties at the candidates, notes such as XTC's), as the
-        # local session reads them in engine.measure.
+        # local session reads them in engine.decode.measure.
         report = getattr(self.sampler, "report", None)
         at_top, extra = report.tensors() if report is not None else ((), None)
         top_ids = torch.tensor(ids[:n])

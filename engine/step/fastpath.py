@@ -16,7 +16,7 @@ follow transformers (computed in float32 where transformers does), so the logits
 The same source runs two ways. Compiled by TorchScript (``FastStepper``, the CPU and dynamic
 path): its interpreter runs without Python's GIL, so a busy GUI thread cannot stall the op
 launches of a token. Executed as plain Python (``python_forward``, used by
-``engine.static_step``), where ``torch.compile`` can trace and fuse it and a CUDA graph can
+``engine.step.static_step``), where ``torch.compile`` can trace and fuse it and a CUDA graph can
 capture it.
 
 On CPU the matrix products go through oneDNN (``torch.ops.mkldnn._linear_pointwise``), which
@@ -26,7 +26,7 @@ reordered once into oneDNN's blocked layout (a second copy, cached per model), b
 plain bfloat16 layout is no faster. If the oneDNN op is missing or disagrees with ``x @ w.T``
 on a probe, the path falls back to ``x @ w.T``.
 
-``FastStepper`` is a ``engine.stepper.Stepper`` (``logits``, ``truncate``, ``cache``,
+``FastStepper`` is a ``engine.step.stepper.Stepper`` (``logits``, ``truncate``, ``cache``,
 ``forward_passes``), so sessions can use it or ``ModelStepper`` alike.
 """
 
@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from engine.kvcache import StaticKV
+from engine.step.kvcache import StaticKV
 
 log = logging.getLogger(__name__)
 

@@ -25,13 +25,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.checks import is_number
-from engine.device import context_length
+from engine.decode.session import GenerationSession
+from engine.decode.speculative import (
+    ModelDrafter,
+    NGramDrafter,
+    SpeculativeSession,
+    check_same_vocab,
+)
 from engine.errors import DrafterMismatchError, EmptyPromptError
-from engine.processors import LogitsProcessor, TopK, TopP, apply_chain
+from engine.models.device import context_length
 from engine.records import SpeculativeReport, Step
-from engine.session import GenerationSession
-from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession, check_same_vocab
+from engine.sampling.checks import is_number
+from engine.sampling.processors import LogitsProcessor, TopK, TopP, apply_chain
 
 
 class CompatProcessor:

@@ -1,6 +1,6 @@
 """Start and stop a local ``vllm serve`` (the CPU build set up by resources/remote/setup_vllm.sh)
 on 127.0.0.1, for the served-model tests and the measurement; no Qt. A real deployment is
-started by whoever runs it; the lab only connects (engine.remote).
+started by whoever runs it; the lab only connects (engine.serve.remote).
 
 The command it runs is the one the README gives, with the bundled SmolLM2 converted to a
 transformers folder:
@@ -35,8 +35,8 @@ def bundled_hf_folder() -> Path:
     """The bundled SmolLM2 as a float32 transformers folder (converted once, then cached)."""
     import torch
 
-    from engine.catalog import _smollm2_path
-    from engine.models import converted_gguf
+    from engine.models.catalog import _smollm2_path
+    from engine.models.loading import converted_gguf
 
     return converted_gguf(_smollm2_path(), torch.float32, say=lambda _m: None)
 

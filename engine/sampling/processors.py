@@ -34,8 +34,8 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from engine.checks import check_setting
-from engine.settings import (  # noqa: F401 - the orders are part of this module's API
+from engine.sampling.checks import check_setting
+from engine.sampling.settings import (  # noqa: F401 - the orders are part of this module's API
     LLAMA_CPP_ORDER,
     ORDER_OF,
     ORDER_TEMPERATURE_FIRST,
@@ -1089,7 +1089,7 @@ _NO_IDS = torch.empty((1, 0), dtype=torch.long)
 
 class Sampler(Protocol):
     """Turns raw logits into probabilities and picks a token (``Chain``, or
-    the seed-compatible processors through ``engine.compat.CompatSampler``)."""
+    the seed-compatible processors through ``engine.drivers.compat.CompatSampler``)."""
 
     greedy: bool
     uses_ids: bool

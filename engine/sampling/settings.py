@@ -1,13 +1,13 @@
 """Sampler settings: one plain frozen record of what the sliders set, and the presets. No torch:
-the window builds these before the engine loads; ``engine.processors.build_chain`` turns one
-into the chain of stages."""
+the window builds these before the engine loads; ``engine.sampling.processors.build_chain``
+turns one into the chain of stages."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from engine.checks import RULES, check_setting
+from engine.sampling.checks import RULES, check_setting
 
 ORDER_TEMPERATURE_FIRST = "temperature_first"  # transformers' order
 ORDER_TEMPERATURE_LAST = "temperature_last"  # llama.cpp's default chain (and the seed's)

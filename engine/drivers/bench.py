@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
-from engine.compare import ready
-from engine.device import timed
-from engine.fastpath import FastStepper, linear
-from engine.models import ModelBundle
-from engine.session import GenerationSession
-from engine.settings import SamplerSettings
-from engine.speculative import NGramDrafter, SpeculativeSession
+from engine.decode.session import GenerationSession
+from engine.decode.speculative import NGramDrafter, SpeculativeSession
+from engine.drivers.compare import ready
+from engine.models.device import timed
+from engine.models.loading import ModelBundle
+from engine.sampling.settings import SamplerSettings
+from engine.step.fastpath import FastStepper, linear
 
 GROUNDED_PROMPT = (
     "Repeat the following paragraph exactly, word for word: The lighthouse keeper climbed the "
@@ -130,7 +130,7 @@ def matrix_products_alone(stepper: Any, rounds: int = 3) -> float | None:
     spec = getattr(stepper, "spec", None)
     if layers is None or head is None or spec is None:
         return None
-    from engine.fastpath import Spec
+    from engine.step.fastpath import Spec
 
     weights = [layer[s] for layer in layers for s in Spec.MATRIX_SLOTS] + [head]
     plain = [layer[s] for layer in spec.layers for s in Spec.MATRIX_SLOTS] + [spec.lm_head]
@@ -182,7 +182,7 @@ def llama_cpp_in_subprocess(
     """``llama_cpp_rates`` in a child process: a crash there (llama.cpp has exited with 139,
     a segmentation fault, on some builds) prints a line and the bench goes on."""
     code = (
-        "import json, sys; from engine.bench import llama_cpp_rates; "
+        "import json, sys; from engine.drivers.bench import llama_cpp_rates; "
         "a = json.loads(sys.argv[1]); print(json.dumps(llama_cpp_rates(*a)))"
     )
     try:
@@ -341,7 +341,7 @@ def run_gpu_bench(say: Callable[[str], None]) -> None:
     engine bench on the real SmolLM2-135M where it is installed."""
     if gpu_section(say) is None:
         return
-    from engine.catalog import open_model
+    from engine.models.catalog import open_model
 
     try:
         bundle = open_model("smollm2-135m", device="cuda", dtype="bfloat16")
@@ -530,7 +530,7 @@ BUNDLED_T5 = "tiny-t5"  # the bundled model, opened from the catalogue
 def t5_model(name: str) -> torch.nn.Module:
     """The bundled tiny T5, or a random model at ``name``'s real shape (T5_CONFIGS)."""
     if name == BUNDLED_T5:
-        from engine.catalog import open_model
+        from engine.models.catalog import open_model
 
         return open_model(BUNDLED_T5, device="cpu").model
     from transformers import T5Config, T5ForConditionalGeneration
@@ -579,8 +579,8 @@ def static_cpu_section(
 ) -> dict[str, Any]:
     """9. CPU: the static step (eager over the fixed-capacity cache, and torch.compile'd) vs
     the TorchScript step, alternated; decides which one CPU sessions use."""
-    from engine.fastpath import FastStepper
-    from engine.static_step import StaticStepper
+    from engine.step.fastpath import FastStepper
+    from engine.step.static_step import StaticStepper
 
     model = family_model(name)
     ids = [(37 * i + 11) % 5000 + 100 for i in range(16)]

@@ -10,13 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.models import DECODER_ONLY, ENCODER_DECODER, ModelBundle, ModelLoadError, load_model
+from engine.models.loading import (
+    DECODER_ONLY,
+    ENCODER_DECODER,
+    ModelBundle,
+    ModelLoadError,
+    load_model,
+)
 
 if TYPE_CHECKING:  # torch loads with the first model
     import torch
 
 # In a PyInstaller build the data files live under sys._MEIPASS.
-_BASE = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+_BASE = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
 RESOURCES = _BASE / "resources"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -30,22 +30,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.beam import BeamSession, _Beams
-from engine.device import model_device
-from engine.measure import measure
-from engine.processors import (
-    PENALTIES,
-    Chain,
-    EpsilonCutoff,
-    EtaCutoff,
-    LogitsProcessor,
-    MinP,
-    SequenceBias,
-    TopK,
-    TopP,
-    TypicalP,
-    build_chain,
-)
+from engine.decode.beam import BeamSession, _Beams
+from engine.decode.measure import measure
+from engine.decode.session import Record, SessionBase
+from engine.models.device import model_device
 from engine.records import (
     CONTRASTIVE,
     GROUP_BEAM,
@@ -59,8 +47,20 @@ from engine.records import (
     BeamResult,
     StageNote,
 )
-from engine.session import Record, SessionBase
-from engine.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.sampling.processors import (
+    PENALTIES,
+    Chain,
+    EpsilonCutoff,
+    EtaCutoff,
+    LogitsProcessor,
+    MinP,
+    SequenceBias,
+    TopK,
+    TopP,
+    TypicalP,
+    build_chain,
+)
+from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 
 
 class ScaleTemperature(LogitsProcessor):

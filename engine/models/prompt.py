@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.device import context_length
 from engine.errors import EmptyPromptError
+from engine.models.device import context_length
 
 
 def as_id_list(ids: int | Iterable[int] | None) -> list[int]:

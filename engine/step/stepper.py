@@ -1,15 +1,15 @@
 """Steppers: run a model on a growing decoder sequence and return next-token logits.
 
 Every stepper has the same small interface (``Stepper``): ``logits(ids, keep)`` for the whole
-sequence so far, an explicit ``cache`` (``engine.kvcache``) that knows which ids it holds, and
+sequence so far, an explicit ``cache`` (``engine.step.kvcache``) that knows which ids it holds, and
 a count of forward passes. A changed sequence (a branch, rejected drafts) keeps the cache's
 common prefix and feeds the rest; nothing is recomputed.
 
 * ``ModelStepper``: transformers' ``model.forward`` for any decoder-only or encoder-decoder
   model, with or without a cache. The encoder runs once, here.
-* ``engine.fastpath.FastStepper``: a lean path for the families it knows (TorchScript).
-* ``engine.fast_t5.T5FastStepper``: the same for the decoder of T5 encoder-decoder models.
-* ``engine.static_step.StaticStepper``: the same step over a fixed-capacity cache, compiled
+* ``engine.step.fastpath.FastStepper``: a lean path for the families it knows (TorchScript).
+* ``engine.step.fast_t5.T5FastStepper``: the same for the decoder of T5 encoder-decoder models.
+* ``engine.step.static_step.StaticStepper``: the same step over a fixed-capacity cache, compiled
   and replayed from a CUDA graph on a GPU.
 
 ``make_stepper`` picks one.
@@ -23,13 +23,13 @@ from typing import Any, Protocol
 
 import torch
 
-from engine.device import model_device
 from engine.errors import EmptyPromptError
-from engine.fast_t5 import t5_stepper_or_none
-from engine.fastpath import fast_stepper_or_none
-from engine.kvcache import DynamicKV, KVCache
+from engine.models.device import model_device
 from engine.records import Progress
-from engine.static_step import static_stepper_or_none
+from engine.step.fast_t5 import t5_stepper_or_none
+from engine.step.fastpath import fast_stepper_or_none
+from engine.step.kvcache import DynamicKV, KVCache
+from engine.step.static_step import static_stepper_or_none
 
 
 class Stepper(Protocol):

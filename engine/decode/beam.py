@@ -26,9 +26,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.device import model_device
-from engine.measure import measure
-from engine.processors import PENALTIES, Chain, apply_chain, build_chain
+from engine.decode.measure import measure
+from engine.decode.session import Record, SessionBase
+from engine.models.device import model_device
 from engine.records import (
     BEAM,
     FINISHED,
@@ -41,8 +41,8 @@ from engine.records import (
     BeamResult,
     Step,
 )
-from engine.session import Record, SessionBase
-from engine.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.sampling.processors import PENALTIES, Chain, apply_chain, build_chain
+from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 
 
 class _Beams:
@@ -289,7 +289,7 @@ class BeamSession(SessionBase):
 
     def _select(self, total: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """total: [N * vocab] path scores -> the K candidates that go on (scores, indices),
-        best first. Sampled beam search (``engine.search``) draws them instead."""
+        best first. Sampled beam search (``engine.decode.search``) draws them instead."""
         return torch.topk(total, k)
 
     def _measure_nodes(self, nodes: Sequence[BeamNode], elapsed: float) -> None:

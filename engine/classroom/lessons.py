@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
-from engine.checks import RULES
 from engine.records import RUN_METHODS, SAMPLING, SPEC_DRAFT
-from engine.settings import ORDERS, SamplerSettings
+from engine.sampling.checks import RULES
+from engine.sampling.settings import ORDERS, SamplerSettings
 
-_BASE = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+_BASE = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
 LESSONS_DIR = _BASE / "resources" / "lessons"
 
 # Which plot or tab a stage brings to the front.
@@ -38,7 +38,8 @@ FOCUSES = (FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED, FOCUS_BEAM_TREE, FOCU
 ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE = "generate", "step", "compare", "none"
 ACTIONS = (ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE)
 
-# Per-stage options beside the sampler settings, with their defaults (engine.workbench.RunRequest)
+# Per-stage options beside the sampler settings, with their defaults
+# (engine.drivers.workbench.RunRequest)
 OPTION_DEFAULTS: dict[str, Any] = {
     "num_beams": 4,  # beam search width
     "gamma": 5,  # speculative: tokens drafted per round
@@ -110,8 +111,8 @@ class LessonStage:
         return self.options["draft_model"]
 
     def request(self) -> Any:
-        """The ``engine.workbench.RunRequest`` this stage describes."""
-        from engine.workbench import RunRequest
+        """The ``engine.drivers.workbench.RunRequest`` this stage describes."""
+        from engine.drivers.workbench import RunRequest
 
         return RunRequest(
             prompt=self.prompt, method=self.method, settings=self.settings,
@@ -234,7 +235,7 @@ def _settings(reader: _Reader, node: yaml.Node, where: str, base: SamplerSetting
 
 def _options(reader: _Reader, node: yaml.Node, where: str, base: dict[str, Any]
              ) -> dict[str, Any]:  # fmt: skip
-    from engine.catalog import BUNDLED
+    from engine.models.catalog import BUNDLED
 
     entries = reader.mapping(node, where, tuple(OPTION_DEFAULTS), "option")
     out = dict(base)
@@ -254,7 +255,7 @@ def _options(reader: _Reader, node: yaml.Node, where: str, base: dict[str, Any]
 
 
 def _model(reader: _Reader, node: yaml.Node, where: str) -> str:
-    from engine.catalog import BUNDLED
+    from engine.models.catalog import BUNDLED
 
     return reader.choice(node, where, list(BUNDLED))
 

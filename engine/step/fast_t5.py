@@ -31,14 +31,14 @@ from typing import Any
 import torch
 
 from engine.errors import EmptyPromptError
-from engine.fastpath import (
+from engine.step.fastpath import (
     _LINEAR_SOURCE,
     FastPathUnsupported,
     _cpu_kernel,
     _fused,
     has_onednn_linear,
 )
-from engine.kvcache import StaticKV
+from engine.step.kvcache import StaticKV
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A static decode step: the shapes a CUDA graph can replay.
 
-The fast path's step (``engine.fastpath``'s source, run here as plain Python) over a cache of
+The fast path's step (``engine.step.fastpath``'s source, run here as plain Python) over a cache of
 fixed capacity: keys and values are written at ``pos`` (a device tensor), attention reads the
 whole capacity under a mask (key j is visible to the row at position p when j <= p, and
 j > p - window on sliding layers), so no shape depends on how far decoding has got. That lets
@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from engine.fastpath import Spec, python_forward, read_spec
-from engine.kvcache import StaticKV
+from engine.step.fastpath import Spec, python_forward, read_spec
+from engine.step.kvcache import StaticKV
 
 log = logging.getLogger(__name__)
 
@@ -251,10 +251,10 @@ class StaticStepper:
 def static_stepper_or_none(model: torch.nn.Module, **kwargs: Any) -> StaticStepper | None:
     """The static step when the model's family has a fast path and it runs on CUDA, else
     None (with the reason logged)."""
-    from engine.fastpath import supports
+    from engine.step.fastpath import supports
 
     if supports(model) is not None:
-        return None  # engine.fastpath says why, once
+        return None  # engine.step.fastpath says why, once
     reason = graphs_unavailable(next(model.parameters()).device)
     if reason is not None:
         log.info("static step off: %s", reason)

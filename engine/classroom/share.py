@@ -25,7 +25,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.export import write_atomic
+from engine.classroom.export import write_atomic
 from engine.records import RUN_METHODS, Step
 
 # Viridis at the middle of ten equal bands of probability (0-10%, ..., 90-100%).
@@ -261,7 +261,7 @@ def run_to_html(
     title: str = "Decoding Lab run",
     top_n: int = DEFAULT_TOP_N,
 ) -> str:
-    """The run as one self-contained HTML page (the same inputs as ``engine.export``'s
+    """The run as one self-contained HTML page (the same inputs as ``engine.classroom.export``'s
     ``run_to_json``, plus the method). ``settings``: a dict or a ``SamplerSettings``."""
     e = html.escape  # quote=True: safe in text and in attribute values
     settings = _settings_dict(settings)

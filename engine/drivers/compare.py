@@ -9,9 +9,16 @@ from typing import Any
 
 import torch
 
-from engine.beam import BeamSession
-from engine.device import timed
-from engine.models import ModelBundle
+from engine.decode.beam import BeamSession
+from engine.decode.session import GenerationSession
+from engine.decode.speculative import (
+    ModelDrafter,
+    NGramDrafter,
+    SpeculativeSession,
+    check_same_tokenizer,
+)
+from engine.models.device import timed
+from engine.models.loading import ModelBundle
 from engine.records import (
     COMPARE_ROWS,
     ROW_BEAM,
@@ -23,10 +30,8 @@ from engine.records import (
     MethodResult,
     Progress,
 )
-from engine.session import GenerationSession
-from engine.settings import SamplerSettings
-from engine.speculative import ModelDrafter, NGramDrafter, SpeculativeSession, check_same_tokenizer
-from engine.static_step import warm_ups
+from engine.sampling.settings import SamplerSettings
+from engine.step.static_step import warm_ups
 
 
 class _Comparison:
@@ -66,8 +71,8 @@ class _Comparison:
         """One method's result; None when it does not apply (no draft model, no fast path)."""
         b = self.bundle
         if row == ROW_PLAIN_FAST:
-            from engine.fast_t5 import supports_t5
-            from engine.fastpath import supports
+            from engine.step.fast_t5 import supports_t5
+            from engine.step.fastpath import supports
 
             if (supports_t5 if b.is_encoder_decoder else supports)(b.model) is not None:
                 return None
@@ -216,12 +221,13 @@ def compare_served(
     local: ModelBundle | None = None,
     local_rows: Sequence[str] = (ROW_PLAIN,),
 ) -> Iterator[Progress | MethodResult]:
-    """A served model (``engine.remote_session.RemoteBundle``) in explore and stream mode, and,
-    given ``local`` (the same weights loaded here, the same tokenizer), local rows beside them.
+    """A served model (``engine.serve.remote_session.RemoteBundle``) in explore and stream mode,
+    and, given ``local`` (the same weights loaded here, the same tokenizer), local rows beside
+    them.
     "identical" compares with the served model's explore run at temperature 0; seconds are wall
     time, requests included (forward passes: requests to the server)."""
     from engine.records import ROW_SERVED_EXPLORE, ROW_SERVED_STREAM
-    from engine.remote_session import RemoteSession, RemoteStreamSession
+    from engine.serve.remote_session import RemoteSession, RemoteStreamSession
 
     def decode(ids: Sequence[int]) -> str:
         return bundle.tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -1,0 +1,7 @@
+"""Decoding methods: from logits to tokens and ``Step`` records.
+
+``session`` holds ``SessionBase`` (ids, history, stop reasons, the one loop ``stream()``) and
+``GenerationSession`` (sampling token by token, force, branch, undo); ``measure`` copies what a
+``Step`` shows to the host in one go; ``beam``, ``search`` and ``speculative`` are the other
+methods, each the same base plus its strategy.
+"""
