@@ -1,0 +1,69 @@
+"""`bench`: speed against transformers and the hardware limit, as ratios measured in one run.
+The window's figures come from ``args.gui_bench`` (given by main.py: the engine never imports
+Qt)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    bench = sub.add_parser(
+        "bench", help="measure speed against transformers and the hardware limit"
+    )
+    bench.add_argument("--new-tokens", type=int, default=128)
+    bench.add_argument("--rss-tokens", type=int, default=2000, help="length of the peak-RSS run")
+    bench.add_argument("--skip-gui", action="store_true", help="engine figures only")
+    bench.add_argument("--gpu-only", action="store_true", help="only the GPU part")
+    bench.add_argument(
+        "--families", action="store_true", help="only the families at real shapes (CPU)"
+    )
+    bench.add_argument("--family-tokens", type=int, default=32)
+    bench.add_argument("--json", default=None, help="also write the figures to this file")
+    bench.set_defaults(func=run)
+    return bench
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from engine.drivers.bench import (
+        family_section,
+        header,
+        run_engine_bench,
+        run_gpu_bench,
+        static_cpu_section,
+        t5_section,
+    )
+    from engine.models.catalog import open_model
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    def say(message: str) -> None:
+        print(message, flush=True)
+
+    say(header())
+    if args.gpu_only:
+        run_gpu_bench(say)
+        return 0
+    figures: dict = {}
+    if args.families:
+        figures["families"] = family_section(say, args.family_tokens)
+        figures["t5"] = t5_section(say, args.family_tokens)
+        figures["static_cpu"] = static_cpu_section(say, new_tokens=args.family_tokens)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(figures, f, indent=1)
+        return 0
+    bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
+    figures["engine"] = run_engine_bench(bundle, say, args.new_tokens)
+    figures["families"] = family_section(say, args.family_tokens)
+    figures["t5"] = t5_section(say, args.family_tokens)
+    if not args.skip_gui and args.gui_bench is not None:
+        figures.update(args.gui_bench(bundle, say, args))
+    run_gpu_bench(say)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return 0

@@ -1,0 +1,123 @@
+"""What the commands share: the sampler options and the settings they make, the served-model
+options, and printing a token visibly."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """A model served elsewhere (vLLM, SGLang, llama.cpp's server): --model is then its
+    served name."""
+    g = parser.add_argument_group("served model (OpenAI-compatible /v1 endpoint)")
+    g.add_argument("--server", default=None, metavar="URL", help="e.g. http://host:8000")
+    g.add_argument(
+        "--key-source", choices=("env", "keyring", "none"), default="env",
+        help="API key from $DECODING_LAB_API_KEY (env) or the system keychain",
+    )  # fmt: skip
+    g.add_argument("--tokenizer", default=None, help="local hub id or folder of its tokenizer")
+    g.add_argument("--logprobs", type=int, default=20, help="candidates per step (server max)")
+    g.add_argument("--insecure", action="store_true", help="do not verify HTTPS certificates")
+
+
+def open_served(args: argparse.Namespace) -> Any:
+    from engine.serve.remote import KeySource
+    from engine.serve.remote_session import open_served
+
+    print(f"[connecting to {args.server}]", file=sys.stderr)
+    return open_served(
+        args.server, args.model, KeySource(args.key_source), tokenizer=args.tokenizer,
+        n_logprobs=args.logprobs, verify=not args.insecure,
+    )  # fmt: skip
+
+
+# The newer sampler settings as options: (settings field, how the option's text becomes it).
+def _csv_ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.replace(",", " ").split())
+
+
+def _csv_names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _bias(text: str) -> tuple[str, float]:
+    key, sep, value = text.rpartition(":")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"write WORD:BIAS or #ID:BIAS, got {text!r}")
+    return key, float(value)
+
+
+LIST_OPTIONS = {  # field: (option, type, metavar, appends)
+    "logit_bias": ("--logit-bias", _bias, "WORD:BIAS", True),
+    "banned_strings": ("--ban", str, "WORD", True),
+    "suppress_tokens": ("--suppress-tokens", _csv_ints, "ID,ID", False),
+    "dry_sequence_breakers": ("--dry-sequence-breaker", str, "TEXT", True),
+    "stage_order": ("--stage-order", _csv_names, "STAGE,STAGE", False),
+}
+BASIC = {"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens",
+         "seed", "order"}  # fmt: skip
+
+
+def add_sampler_options(gen: argparse.ArgumentParser) -> None:
+    """One option per SamplerSettings field not above, with its help and default."""
+    from dataclasses import fields
+
+    from engine.sampling.help import tooltip
+    from engine.sampling.settings import STAGE_NAMES, SamplerSettings
+
+    defaults = SamplerSettings()
+    group = gen.add_argument_group("more samplers (each off at its default)")
+    for f in fields(SamplerSettings):
+        if f.name in BASIC:
+            continue
+        default = getattr(defaults, f.name)
+        shown = default if not isinstance(default, tuple) else (list(default) or "none")
+        text = f"{tooltip(f.name)} (default: {shown})".replace("%", "%%")
+        if f.name in LIST_OPTIONS:
+            option, kind, metavar, appends = LIST_OPTIONS[f.name]
+            if f.name == "stage_order":
+                text += f" Stages: {', '.join(STAGE_NAMES)}."
+            group.add_argument(
+                option, dest=f.name, type=kind, metavar=metavar, default=None,
+                action="append" if appends else "store", help=text,
+            )  # fmt: skip
+        else:
+            group.add_argument(
+                "--" + f.name.replace("_", "-"), dest=f.name, type=type(default), default=None,
+                help=text,
+            )  # fmt: skip
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    from engine import DEFAULT_SETTINGS, PRESETS
+
+    if args.preset is not None and args.preset not in PRESETS:
+        raise SystemExit(f"Unknown preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
+    base = PRESETS[args.preset] if args.preset else DEFAULT_SETTINGS
+    changes = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "min_p": args.min_p,
+        "repetition_penalty": args.repetition_penalty,
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+    }
+    from dataclasses import fields
+
+    from engine.sampling.settings import SamplerSettings
+
+    for f in fields(SamplerSettings):
+        if f.name not in BASIC and getattr(args, f.name, None) is not None:
+            value = getattr(args, f.name)
+            changes[f.name] = tuple(value) if isinstance(value, list) else value
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if args.temperature_last:
+        changes["order"] = "temperature_last"
+    return base.with_(**changes)
+
+
+def visible(text: str) -> str:
+    return text.replace("\n", "\\n").replace("\t", "\\t")

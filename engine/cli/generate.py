@@ -1,0 +1,227 @@
+"""`generate`: stream a generation to the terminal (a local model, or a served one with
+--server)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from engine.cli.common import (
+    add_sampler_options,
+    add_server_options,
+    open_served,
+    settings_from,
+    visible,
+)
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    gen = sub.add_parser("generate", help="stream a generation to the terminal")
+    gen.add_argument(
+        "--model",
+        default=None,
+        help="bundled name, Hugging Face id, folder or .gguf (default: smollm2-135m)",
+    )
+    gen.add_argument("--prompt", default=None, help="the prompt (default: the model's example)")
+    gen.add_argument("--no-chat-template", action="store_true", help="send the prompt as it is")
+    gen.add_argument("--preset", default=None, help="start from a preset (Greedy, Balanced, ...)")
+    gen.add_argument("--temperature", type=float, default=None, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=None, help="0 = off")
+    gen.add_argument("--top-p", type=float, default=None, help="1 = off")
+    gen.add_argument("--min-p", type=float, default=None, help="0 = off")
+    gen.add_argument("--repetition-penalty", type=float, default=None, help="1 = off")
+    gen.add_argument(
+        "--temperature-last",
+        action="store_true",
+        help="apply temperature after the filters (llama.cpp order)",
+    )
+    gen.add_argument("--max-new-tokens", type=int, default=None)
+    gen.add_argument("--seed", type=int, default=None)
+    add_sampler_options(gen)
+    gen.add_argument(
+        "--method", default="sampling",
+        choices=("sampling", "beam", "sampled_beam", "group_beam", "contrastive"),
+        help="how tokens are chosen (default: sampling); beam methods print the best beam",
+    )  # fmt: skip
+    gen.add_argument("--num-beams", type=int, default=4, help="beam methods (default: 4)")
+    gen.add_argument(
+        "--num-beam-groups", type=int, default=2, help="group_beam: groups (default: 2)"
+    )
+    gen.add_argument(
+        "--diversity-penalty", type=float, default=0.5,
+        help="group_beam: Hamming diversity penalty (default: 0.5)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--penalty-alpha", type=float, default=0.6, help="contrastive: alpha (default: 0.6)"
+    )
+    gen.add_argument(
+        "--contrastive-k", type=int, default=4, help="contrastive: candidates (default: 4)"
+    )
+    gen.add_argument(
+        "--show-probs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print each step with its top-N candidates",
+    )
+    gen.add_argument(
+        "--engine", choices=("fast", "transformers"), default="fast",
+        help="fast: the lean Llama-family decode path where supported; transformers: model.forward",
+    )  # fmt: skip
+    gen.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    gen.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    gen.add_argument(
+        "--html", metavar="FILE", default=None,
+        help="also write the run as one self-contained web page to share",
+    )  # fmt: skip
+    add_server_options(gen)
+    gen.add_argument(
+        "--stream", action="store_true",
+        help="with --server: the server samples in one streaming request (default: explore)",
+    )  # fmt: skip
+    gen.set_defaults(func=run)
+    return gen
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.server:
+        return run_served(args)
+    return run_local(args)
+
+
+def run_local(args: argparse.Namespace) -> int:
+    from engine import GenerationSession, ModelLoadError, Step
+    from engine.models.catalog import open_model
+
+    try:
+        settings = settings_from(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        bundle = open_model(
+            args.model,
+            device=args.device,
+            dtype=args.dtype,
+            progress=lambda m: print(f"[{m}]", file=sys.stderr),
+        )
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"[loaded {bundle.describe()} in {time.perf_counter() - t0:.1f}s]", file=sys.stderr)
+    prompt = (
+        args.prompt
+        if args.prompt is not None
+        else bundle.extra.get("example_prompt", "Once upon a time")
+    )
+    try:
+        ids = bundle.encode_prompt(
+            prompt, use_chat_template=False if args.no_chat_template else None
+        )
+        if args.method == "sampling":
+            session = GenerationSession(
+                bundle.model,
+                ids,
+                settings,
+                tokenizer=bundle.tokenizer,
+                eos_token_ids=bundle.eos_token_ids,
+                top_n=max(args.show_probs, 20 if args.html else 1),
+                fast=args.engine == "fast",
+            )
+        else:
+            from engine.drivers.workbench import RunRequest, make_session
+
+            request = RunRequest(
+                prompt, method=args.method, settings=settings, num_beams=args.num_beams,
+                top_n=max(args.show_probs, 20 if args.html else 1),
+                num_beam_groups=args.num_beam_groups, diversity_penalty=args.diversity_penalty,
+                penalty_alpha=args.penalty_alpha, contrastive_k=args.contrastive_k,
+            )  # fmt: skip
+            session = make_session(bundle, ids, request)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    beams = args.method in ("beam", "sampled_beam", "group_beam")
+    steps = []
+    for step in session.stream():
+        if not isinstance(step, Step):
+            continue
+        if args.html:
+            steps.append(step)
+        if args.show_probs:
+            alts = ", ".join(
+                f"{visible(c.text)!r} {c.raw_prob:.3f}" for c in step.candidates[: args.show_probs]
+            )
+            print(
+                f"{step.index:4d} {visible(step.token_str)!r:>16} p={step.prob:.3f} "
+                f"raw={step.raw_prob:.3f} rank={step.rank} H={step.entropy_raw:.2f}b | {alts}"
+            )
+            for note in step.stage_notes:
+                print(f"{'':22}{note.stage}: {visible(note.text)}")
+        elif not beams:
+            print(step.text if not step.is_eos else "", end="", flush=True)
+    if beams and not args.show_probs:
+        print(session.text, end="")
+    s = session.summary()
+    print(
+        f"\n[{s.tokens} tokens in {s.seconds:.2f}s = {s.tokens_per_s:.1f} tokens/s; "
+        f"stop: {s.stop_reason}]",
+        file=sys.stderr,
+    )
+    if args.html:
+        from engine.classroom.share import write_run_html
+
+        try:
+            steps = list(session.history) if beams else steps  # a beam's final path
+            write_run_html(args.html, prompt, bundle.name, settings, steps, method=args.method)
+        except OSError as exc:
+            print(f"error: could not write {args.html}: {exc}", file=sys.stderr)
+            return 1
+        print(f"[wrote {args.html}]", file=sys.stderr)
+    return 0
+
+
+def run_served(args: argparse.Namespace) -> int:
+    from engine.drivers.workbench import RunRequest
+    from engine.records import SAMPLING, SERVED_STREAM
+    from engine.serve.remote import RemoteError
+
+    try:
+        settings = settings_from(args)
+        bundle = open_served(args)
+        prompt = args.prompt if args.prompt is not None else "Once upon a time"
+        ids = bundle.encode_prompt(prompt, False if args.no_chat_template else None)
+        method = SERVED_STREAM if args.stream else SAMPLING
+        request = RunRequest(prompt, method=method, settings=settings, top_n=args.logprobs)
+        session = bundle.make_session(ids, request)
+    except (RemoteError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"[{bundle.describe()}; {'stream' if args.stream else 'explore'} mode]", file=sys.stderr)
+    try:
+        for step in session.stream():
+            if args.show_probs:
+                alts = ", ".join(
+                    f"{visible(c.text)!r} {c.raw_prob:.3f}"
+                    for c in step.candidates[: args.show_probs]
+                )
+                print(
+                    f"{step.index:4d} {visible(step.token_str)!r:>16} p={step.prob:.3f} "
+                    f"raw={step.raw_prob:.3f} other={step.other_p:.3f} "
+                    f"H>={step.entropy_raw:.2f}b {step.step_time * 1000:.0f}ms | {alts}"
+                )
+            else:
+                print(step.text if not step.is_eos else "", end="", flush=True)
+    except RemoteError as exc:
+        print(f"\nerror: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        s = session.summary()
+        print(
+            f"\n[{s.tokens} tokens in {s.seconds:.2f}s = {s.tokens_per_s:.1f} tokens/s; "
+            f"{session.forward_passes} requests; stop: {s.stop_reason}]",
+            file=sys.stderr,
+        )
+    return 0
