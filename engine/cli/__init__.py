@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="decoding-lab",
