@@ -166,6 +166,23 @@ def eos_ids_for(model: Any, tokenizer: Any) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def _location(source: str, path: Path, torch_dtype: Any, say: Callable[[str], None]) -> str:
+    """Where transformers reads ``source`` from: a GGUF file's converted folder, a model
+    folder, or a Hugging Face id; a clear error for anything else."""
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        # GGUF dequantisation is slow (~20 s for 135M): convert once, then load the cache.
+        return str(converted_gguf(path, torch_dtype, say))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"The folder {path} has no config.json: it is not a model folder.")
+        return str(path)
+    if path.exists():
+        raise ModelLoadError(f"{path} is not a model folder or a .gguf file.")
+    if _looks_like_path(source):
+        raise ModelLoadError(f"No such file or folder: {path}")
+    return source  # a Hugging Face id
+
+
 def load_model(
     source: str | os.PathLike[str],
     device: str | torch.device = "auto",
@@ -182,20 +199,8 @@ def load_model(
     dev = pick_device(device)
     torch_dtype = pick_dtype(dev, dtype)
     path = Path(source).expanduser()
+    location = _location(source, path, torch_dtype, say)
     kwargs: dict[str, Any] = {}
-    if path.is_file() and path.suffix.lower() == ".gguf":
-        # GGUF dequantisation is slow (~20 s for 135M): convert once, then load the cache.
-        location = str(converted_gguf(path, torch_dtype, say))
-    elif path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"The folder {path} has no config.json: it is not a model folder.")
-        location = str(path)
-    elif path.exists():
-        raise ModelLoadError(f"{path} is not a model folder or a .gguf file.")
-    elif _looks_like_path(source):
-        raise ModelLoadError(f"No such file or folder: {path}")
-    else:
-        location = source  # a Hugging Face id
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         kwargs["local_files_only"] = True
 
