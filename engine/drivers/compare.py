@@ -213,6 +213,24 @@ def format_table(results: Sequence[MethodResult], baseline: str = ROW_PLAIN) -> 
     return _table(rows)
 
 
+def _served_run(
+    bundle: Any, cls: type, prompt_ids: Sequence[int], settings: SamplerSettings, limit: int
+) -> tuple[Any, float]:
+    """One run of a served session class, and its wall time (the requests included)."""
+    session = cls(
+        bundle.client, prompt_ids, settings, tokenizer=bundle.tokenizer, top_n=1,
+        eos_token_ids=bundle.eos_token_ids, n_logprobs=bundle.n_logprobs,
+        max_context=bundle.context_length,
+    )  # fmt: skip
+
+    def run() -> None:
+        for _ in session.stream(limit):
+            pass
+
+    _, secs = timed(torch.device("cpu"), run)
+    return session, secs
+
+
 def compare_served(
     bundle: Any,
     prompt_ids: Sequence[int],
@@ -229,47 +247,42 @@ def compare_served(
     from engine.records import ROW_SERVED_EXPLORE, ROW_SERVED_STREAM
     from engine.serve.remote_session import RemoteSession, RemoteStreamSession
 
-    def decode(ids: Sequence[int]) -> str:
-        return bundle.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def served(cls: type, s: SamplerSettings) -> tuple[Any, float]:
-        session = cls(
-            bundle.client, prompt_ids, s, tokenizer=bundle.tokenizer, top_n=1,
-            eos_token_ids=bundle.eos_token_ids, n_logprobs=bundle.n_logprobs,
-            max_context=bundle.context_length,
-        )  # fmt: skip
-
-        def run() -> None:
-            for _ in session.stream(max_new_tokens):
-                pass
-
-        _, secs = timed(torch.device("cpu"), run)  # wall time, the requests included
-        return session, secs
-
     yield Progress("Served model: explore mode at temperature 0 for the reference")
     greedy = settings.with_(temperature=0.0)
-    served(RemoteSession, greedy.with_(max_new_tokens=2))  # warm the server's prefix cache
-    reference, _ = served(RemoteSession, greedy)
+    _served_run(bundle, RemoteSession, prompt_ids, greedy, 2)  # warm the server's prefix cache
+    reference, _ = _served_run(bundle, RemoteSession, prompt_ids, greedy, max_new_tokens)
     ref = list(reference.generated_ids)
-    rows: list[tuple[str, Any]] = [(ROW_SERVED_EXPLORE, RemoteSession), (ROW_SERVED_STREAM, None)]
+    rows = [(ROW_SERVED_EXPLORE, RemoteSession), (ROW_SERVED_STREAM, RemoteStreamSession)]
     for i, (row, cls) in enumerate(rows):
         yield Progress(f"Running {row} ({i + 1} of {len(rows) + len(local_rows)})")
-        session, secs = served(cls or RemoteStreamSession, settings)
+        session, secs = _served_run(bundle, cls, prompt_ids, settings, max_new_tokens)
         ids = list(session.generated_ids)
+        text = bundle.tokenizer.decode(ids, skip_special_tokens=True)
         yield MethodResult(
-            row, tuple(ids), decode(ids), secs, session.forward_passes,
+            row, tuple(ids), text, secs, session.forward_passes,
             identical_to_greedy=ids == ref, note=bundle.describe(),
         )  # fmt: skip
-    if local is None:
-        return
+    if local is not None:
+        yield from _local_rows(bundle, local, prompt_ids, settings, max_new_tokens, local_rows, ref)
+
+
+def _local_rows(
+    bundle: Any,
+    local: ModelBundle,
+    prompt_ids: Sequence[int],
+    settings: SamplerSettings,
+    max_new_tokens: int,
+    rows: Sequence[str],
+    reference: list[int],
+) -> Iterator[Progress | MethodResult]:
+    """The local rows beside a served model's, when both tokenizers are the same."""
     vocab = getattr(bundle.tokenizer, "get_vocab", dict)
-    same_tokens = vocab() == local.tokenizer.get_vocab()
-    if not same_tokens:
+    if vocab() != local.tokenizer.get_vocab():
         yield Progress("The local model's tokenizer differs from the served one: no local rows")
         return
     comparison = _Comparison(local, prompt_ids, settings, max_new_tokens, 4, 5, None, fast=False)
-    comparison.reference = ref
-    for row in local_rows:
+    comparison.reference = reference
+    for row in rows:
         yield Progress(f"Running {row} (local)")
         result = comparison.row(row)
         if result is not None:
