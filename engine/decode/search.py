@@ -5,7 +5,8 @@ token shown, ``BeamEvent`` for the tree).
   ``generate(do_sample=True, num_beams=N)``): the beams' log-probabilities go through the
   penalties, then temperature and the filters, and the K = max(2, 1 + #EOS) · N continuations
   are drawn without replacement from softmax(path scores) over all beams instead of taken best
-  first. The first N drawn may finish a hypothesis; the best N unfinished go on.
+  first, then ranked by path score (as transformers' ``_get_top_k_continuations`` sorts them):
+  the best N drawn may finish a hypothesis; the best N unfinished go on.
 * ``ContrastiveSession``: contrastive search (Su et al., 2022, "A Contrastive Framework for
   Neural Text Generation"; transformers 5 moved it to the Hub repository
   ``transformers-community/contrastive-search``). Among the top-k tokens by probability
@@ -117,7 +118,8 @@ def sampling_beam_chain(
 class SampledBeamSession(BeamSession):
     """Beam search whose candidates are drawn (``do_sample=True, num_beams=N`` in
     transformers). One generator, seeded with the settings' seed, for the whole search;
-    temperature 0 gives plain beam search. The tree's candidates come in draw order."""
+    temperature 0 gives plain beam search. The tree's candidates come best first, like plain
+    beam search's."""
 
     method = SAMPLED_BEAM
 
@@ -132,9 +134,11 @@ class SampledBeamSession(BeamSession):
     def _select(self, total: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self._settings is not None and self._settings.temperature == 0:
             return super()._select(total, k)
-        # [1, N * vocab] as transformers draws it, without replacement
-        idx = torch.multinomial(total.softmax(-1)[None], k, generator=self.generator)[0]
-        return total[idx], idx
+        # [1, N * vocab] as transformers draws it, without replacement; then, as transformers,
+        # ranked by path score, since only the top N of the K may finish a hypothesis
+        idx = torch.multinomial(total.softmax(-1)[None], k, generator=self.generator)
+        scores, order = total[None].gather(-1, idx).sort(dim=-1, descending=True)
+        return scores[0], idx.gather(-1, order)[0]
 
 
 class ContrastiveSession(SessionBase):
