@@ -4,10 +4,31 @@ undo) and feed only the rest. Cropping forgets positions; nothing is recomputed.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+
+@functools.cache
+def _cache_name(forward_class: type) -> str:
+    params = inspect.signature(forward_class.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """The keyword that hands ``cache`` to ``model``'s forward: transformers 5.24 renamed
+    ``past_key_values`` to ``cache`` (the old name warns until 5.40); older 5.x only know the
+    old one (the GPU machine has 5.17)."""
+    return {_cache_name(type(model)): cache}
+
+
+def returned_cache(out: Any) -> Any:
+    """The cache a forward pass returned, under either name."""
+    keys = out.keys()
+    return out["cache"] if "cache" in keys else out.get("past_key_values")
 
 
 def common_prefix(cached: Sequence[int], ids: Sequence[int]) -> int:

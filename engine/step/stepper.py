@@ -28,7 +28,7 @@ from engine.models.device import model_device
 from engine.records import Progress
 from engine.step.fast_t5 import t5_stepper_or_none
 from engine.step.fastpath import fast_stepper_or_none
-from engine.step.kvcache import DynamicKV, KVCache
+from engine.step.kvcache import DynamicKV, KVCache, cache_kwargs, returned_cache
 from engine.step.static_step import static_stepper_or_none
 
 
@@ -88,7 +88,7 @@ class ModelStepper:
         if self.cache is not None:
             self.cache.crop(self.cache.reusable(ids, keep))
             new = list(ids[len(self.cache) :])
-            kwargs["past_key_values"] = self.cache.store
+            kwargs.update(cache_kwargs(self.model, self.cache.store))
         else:
             new = list(ids)
         if self._keep_last:
@@ -98,7 +98,7 @@ class ModelStepper:
         out = self.model(**{key: x}, **kwargs)
         self.forward_passes += 1
         if self.cache is not None:
-            self.cache.store = out.past_key_values
+            self.cache.store = returned_cache(out)
             self.cache.extend(new)
         return out.logits[0, -keep:, :].float()  # [keep, vocab]
 
