@@ -14,7 +14,8 @@ from PySide6.QtWidgets import QFileDialog
 
 from engine.classroom.export import write_atomic
 from engine.models.catalog import DEFAULT_MODEL
-from engine.sampling.settings import SamplerSettings
+from engine.validate import InputError
+from engine.validate import autosave as autosave_io
 from gui.menus import BASE_FONT_PT
 from gui.widgets.model_picker import MAX_RECENTS
 from gui.widgets.token_pane import COLOR_BY_RANK
@@ -88,7 +89,10 @@ def restore_state(w: MainWindow, s: QSettings) -> str:
 
 
 def write_autosave(w: MainWindow) -> bool:
-    """Write prompt, settings and the run (every step) atomically."""
+    """Write prompt, settings and the run (every step) atomically; never over an autosave
+    that could not be read and could not be moved aside."""
+    if getattr(w, "autosave_blocked", False):
+        return False
     head = {
         "editor_prompt": w.prompt.toPlainText(),
         "model": w.bundle.source_key if w.bundle else "",
@@ -105,21 +109,40 @@ def write_autosave(w: MainWindow) -> bool:
 
 
 def read_autosave(w: MainWindow) -> bool:
-    """Restore the last run, if the autosave holds one; a damaged file is ignored."""
+    """Restore the last run, if the autosave holds one. A damaged file is moved aside (never
+    overwritten) and the status bar says where it went; the window starts either way."""
     try:
-        data = json.loads(w.autosave_path.read_text(encoding="utf-8"))
-        settings = SamplerSettings.from_dict(data.get("settings", {}))
-        change = w.store.restore(data)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        saved = autosave_io.read_autosave(w.autosave_path)
+    except InputError as exc:
+        _set_aside(w, exc)
         return False
-    w.prompt.setPlainText(data.get("editor_prompt", ""))
-    w.sampler.set_settings(settings)
+    if saved is None:
+        return False
+    change = w.store.restore_saved(saved)
+    w.prompt.setPlainText(saved.editor_prompt)
+    w.sampler.set_settings(saved.settings)
     w.views.apply(change, busy=False)
     if w.store.steps:
         w.status_text.setText(
             f"Restored the last run ({len(w.store.steps)} tokens) from the autosave."
         )
     return True
+
+
+def _set_aside(w: MainWindow, exc: InputError) -> None:
+    try:
+        copy = autosave_io.move_aside(w.autosave_path)
+    except OSError as err:
+        w.autosave_blocked = True  # the file stays as it is: write_autosave leaves it alone
+        w.status_text.setText(
+            f"The autosave could not be read ({exc.message}) nor moved aside ({err.strerror}): "
+            f"{w.autosave_path} is left untouched and nothing is autosaved this session."
+        )
+        return
+    w.status_text.setText(
+        f"The autosave could not be read ({exc.message}); it was kept as {copy} and a new one "
+        "starts."
+    )
 
 
 EXPORT_FILTERS = {

@@ -21,7 +21,6 @@ from engine.classroom.export import (
     run_to_json,
     run_to_markdown,
     step_to_dict,
-    steps_from_dict,
 )
 from engine.records import (
     KEEP_FULL,
@@ -36,8 +35,7 @@ from engine.records import (
     Step,
     lighten_old,
 )
-
-AUTOSAVE_FORMAT = "decoding-lab-autosave/1"
+from engine.validate.autosave import AUTOSAVE_FORMAT  # one spelling for writer and reader
 
 
 def _dumps(step: Step) -> str:
@@ -223,16 +221,20 @@ class RunStore:
         )
 
     def restore(self, data: dict[str, Any]) -> Change:
-        """Load an autosave's run (``data`` as ``autosave_text`` wrote it); returns the change
-        the views must draw. A damaged file raises ValueError (or KeyError, TypeError)."""
-        if data.get("format") != AUTOSAVE_FORMAT:
-            raise ValueError("not a Decoding Lab autosave")
-        steps = steps_from_dict(data)
+        """Load an autosave's run (``data`` as ``autosave_text`` wrote it, parsed); a damaged
+        one raises ``engine.validate.InputError`` (a ValueError) naming the field."""
+        from engine.validate.autosave import saved_run
+
+        return self.restore_saved(saved_run(data))
+
+    def restore_saved(self, saved: Any) -> Change:
+        """Load a checked autosave (``engine.validate.autosave.SavedRun``); returns the change
+        the views must draw."""
         run = RunStarted(
-            data.get("method", "sampling"), data.get("prompt", ""), 0, data.get("settings", {}),
-            chat_template=bool(data.get("chat_template", False)),
+            saved.method, saved.prompt, 0, saved.settings.to_dict(),
+            chat_template=saved.chat_template,
         )  # fmt: skip
-        self.inbox.extend([run, *steps])
+        self.inbox.extend([run, *saved.steps])
         change = self.drain()
         self.restored = True
         return change
