@@ -16,7 +16,7 @@ MAX_TEXT_CHARS = 4 * MIB  # one prompt or token text
 MAX_TOKEN_ID = 2**31 - 1
 
 # Lessons and other YAML.
-MAX_LESSON_BYTES = 512 * 1024
+MAX_LESSON_BYTES = 256 * 1024  # the pure-Python YAML reader takes ~1.5 s for this much
 MAX_YAML_DEPTH = 24
 MAX_YAML_NODES = 50_000  # after expanding aliases: what construction would build
 MAX_YAML_ALIASES = 200
