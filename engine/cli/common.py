@@ -25,8 +25,9 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
 def open_served(args: argparse.Namespace) -> Any:
     from engine.serve.remote import KeySource
     from engine.serve.remote_session import open_served
+    from engine.validate.served import redact_url
 
-    print(f"[connecting to {args.server}]", file=sys.stderr)
+    print(f"[connecting to {redact_url(args.server)}]", file=sys.stderr)
     return open_served(
         args.server, args.model, KeySource(args.key_source), tokenizer=args.tokenizer,
         n_logprobs=args.logprobs, verify=not args.insecure,
