@@ -13,9 +13,9 @@ or exports. HTTPS certificates are verified unless the caller says otherwise. Re
 out per read and as a whole (a deadline, however slowly a server trickles), replies are
 bounded in size and checked field by field (``engine.validate.served``: finite log-probabilities
 at most 0, token ids inside a bound), an address holding a user name or password is refused,
-server text is scrubbed of the key before it is shown, 429 and 5xx answers (and refused connections) are retried with exponential backoff, and
-every failure becomes a ``RemoteError`` whose ``kind`` names it and whose message says what to
-do.
+server text is scrubbed of the key before it is shown, 429 and 5xx answers (and refused
+connections) are retried with exponential backoff, and every failure becomes a
+``RemoteError`` whose ``kind`` names it and whose message says what to do.
 """
 
 from __future__ import annotations
