@@ -101,7 +101,7 @@ def write_autosave(w: MainWindow) -> bool:
     }
     try:
         w.autosave_path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(w.autosave_path, w.store.autosave_text(head))
+        write_atomic(w.autosave_path, w.store.autosave_text(head), private=True)
     except OSError as exc:
         w.status_text.setText(f"Could not autosave: {exc}")
         return False
@@ -170,7 +170,7 @@ def export_run(w: MainWindow, kind: str, path: str | None = None) -> bool:
         else:
             model = w.bundle.name if w.bundle else ""
             write_atomic(path, w.store.export(kind, model, w.sampler.settings().to_dict()))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # a full disk, a value a format cannot hold
         w.show_error(f"Could not export to {path}:\n{exc}")
         return False
     w.status_text.setText(f"Exported {path}")
