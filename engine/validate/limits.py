@@ -26,7 +26,8 @@ MAX_NEW_TOKENS = 100_000  # the window's own limit for a run
 MAX_BEAMS = 64
 MAX_GAMMA = 64  # speculative: tokens drafted per round
 MAX_TOP_N = 1000  # candidates recorded per step
-MIN_TEMPERATURE = 1e-4  # below it (but above 0, greedy) softmax overflows to one-hot or NaN
+# below it (but above 0, greedy) softmax overflows to one-hot or NaN; the settings' check
+from engine.sampling.checks import MIN_TEMPERATURE  # noqa: E402,F401
 
 # Served replies.
 MAX_REPLY_BYTES = 64 * MIB
