@@ -76,6 +76,7 @@ class RunStore:
         self._pushed_at: deque[float] = deque()  # when each Step was pushed, in order
         self.version = 0  # bumped by every change, so savers know when to write
         self.results: list[MethodResult] = []
+        self._restoring = False  # steps being drained come from a file
         self.clear()
 
     def clear(self) -> None:
@@ -90,7 +91,9 @@ class RunStore:
         self.choices = ChoiceHistory(False, False)
         self.restored = False  # the steps came from an autosave, not from this session
         self.arrived: list[float] = []  # when each step reached the store (wall clock)
-        self._saved: list[str] = []  # each step's autosave JSON, written once
+        # each step's autosave JSON, written once; None until the first autosave for steps
+        # that came from a file (opening a long run need not serialise it again)
+        self._saved: list[str | None] = []
         self.version += 1
 
     # -- in (any thread) ---------------------------------------------------------------------
@@ -141,9 +144,10 @@ class RunStore:
         arrived = self._pushed_at.popleft() if self._pushed_at else time.perf_counter()
         self.steps.append(step)
         self.arrived.append(arrived)
-        self._saved.append(_dumps(step))
+        self._saved.append(None if self._restoring else _dumps(step))
         for i in lighten_old(self.steps, 1, self.keep_full):  # the autosave keeps what we keep
-            self._saved[i] = _dumps(self.steps[i])
+            if self._saved[i] is not None:
+                self._saved[i] = _dumps(self.steps[i])
         s = self.series
         # The step that read the prompt is not a decode step: no point on the speed curves
         # (its time is the time to first token, shown on its own).
@@ -216,9 +220,15 @@ class RunStore:
         return (
             json.dumps(head, ensure_ascii=False)[:-1]
             + ', "steps": ['
-            + ",".join(self._saved)
+            + ",".join(self._filled())
             + "]}"
         )
+
+    def _filled(self) -> list[str]:
+        if None in self._saved:
+            self._saved = [t if t is not None else _dumps(self.steps[i])
+                           for i, t in enumerate(self._saved)]  # fmt: skip
+        return self._saved  # type: ignore[return-value]
 
     def restore(self, data: dict[str, Any]) -> Change:
         """Load an autosave's run (``data`` as ``autosave_text`` wrote it, parsed); a damaged
@@ -235,6 +245,10 @@ class RunStore:
             chat_template=saved.chat_template,
         )  # fmt: skip
         self.inbox.extend([run, *saved.steps])
-        change = self.drain()
+        self._restoring = True
+        try:
+            change = self.drain()
+        finally:
+            self._restoring = False
         self.restored = True
         return change

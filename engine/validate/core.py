@@ -20,9 +20,12 @@ def _where(loc: tuple[Any, ...]) -> str:
     return out or "the top level"
 
 
-def describe(exc: Any, limit: int = 3) -> str:
+def describe(exc: Any, limit: int = 3, prefix: str = "") -> str:
     """A pydantic ``ValidationError`` as a short sentence: the first few fields and what was
     wrong with each (the values themselves stay out: they may be huge or hostile)."""
-    parts = [f"{_where(e['loc'])}: {e['msg'].lower()}" for e in exc.errors()[:limit]]
+    parts = [
+        f"{_where((prefix, *e['loc']) if prefix else e['loc'])}: {e['msg'].lower()}"
+        for e in exc.errors()[:limit]
+    ]
     more = exc.error_count() - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")

@@ -9,7 +9,6 @@ MIB = 1024 * 1024
 
 # Autosave and run files (JSON).
 MAX_RUN_FILE_BYTES = 1024 * MIB
-MAX_JSON_DEPTH = 16  # the app writes 5 levels: {steps: [{candidates: [{...}]}]}
 MAX_STEPS = 1_000_000
 MAX_CANDIDATES = 10_000
 MAX_TEXT_CHARS = 4 * MIB  # one prompt or token text
