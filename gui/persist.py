@@ -16,6 +16,7 @@ from engine.classroom.export import write_atomic
 from engine.models.catalog import DEFAULT_MODEL
 from engine.validate import InputError
 from engine.validate import autosave as autosave_io
+from engine.validate import settings as check
 from gui.menus import BASE_FONT_PT
 from gui.widgets.model_picker import MAX_RECENTS
 from gui.widgets.token_pane import COLOR_BY_RANK
@@ -62,21 +63,22 @@ def restore_state(w: MainWindow, s: QSettings) -> str:
     splitter = s.value("splitter")
     if splitter is not None:
         w.splitter.restoreState(splitter)
-    theme = s.value("theme", "light", type=str)
-    zoom = s.value("zoom", BASE_FONT_PT, type=int)
-    mode = s.value("color_mode", COLOR_BY_RANK, type=str)
-    w.plots.dist_box.top_n.setValue(s.value("top_n", 20, type=int))
+    # Raw values, checked by engine.validate.settings: Qt's own type= conversion raises on a
+    # number too big for an int, and a hand-edited file may hold anything.
+    theme = check.text(s.value("theme"), "light")
+    zoom = check.whole(s.value("zoom"), BASE_FONT_PT, 4, 96)
+    mode = check.text(s.value("color_mode"), COLOR_BY_RANK)
+    top_n = w.plots.dist_box.top_n
+    w.plots.dist_box.top_n.setValue(
+        check.whole(s.value("top_n"), 20, top_n.minimum(), top_n.maximum())
+    )
     s.endGroup()
     s.beginGroup("models")
-    initial = s.value("last", DEFAULT_MODEL, type=str) or DEFAULT_MODEL
-    try:
-        recents = [str(r) for r in json.loads(s.value("recents", "[]", type=str))]
-    except ValueError:
-        recents = []
-    w.picker.recents = recents[:MAX_RECENTS]
+    initial = check.text(s.value("last"), DEFAULT_MODEL) or DEFAULT_MODEL
+    w.picker.recents = check.text_list(s.value("recents"), MAX_RECENTS)
     s.endGroup()
     s.beginGroup("prompt")
-    w.prompt.setPlainText(s.value("text", "", type=str))
+    w.prompt.setPlainText(check.text(s.value("text"), ""))
     s.endGroup()
     w.sampler.restore_state(s)
     w.method.restore_state(s)
