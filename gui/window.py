@@ -23,7 +23,12 @@ from PySide6.QtWidgets import (
 from engine.drivers.workbench import BEAMS, RunRequest
 from engine.models.loading import ModelBundle
 from engine.records import CONTRASTIVE, SAMPLING, RunSummary, Step
-from engine.validate.served import CREDENTIALS_REFUSED, has_credentials, redact_url
+from engine.validate.served import (
+    CREDENTIALS_REFUSED,
+    has_credentials,
+    redact_url,
+    unknown_ids_notice,
+)
 from gui import appearance, persist, presentation
 from gui.lessons import Classroom
 from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
@@ -428,7 +433,8 @@ class MainWindow(QMainWindow):
             self.store.restored = False  # the engine holds this run now
         if name in RUN_JOBS and summary is not None:
             why = STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
-            self.status_text.setText(f"Done: {summary.tokens} tokens; {why}.")
+            notice = unknown_ids_notice(self.bundle)  # served ids the tokenizer lacks
+            self.status_text.setText(f"Done: {summary.tokens} tokens; {why}.{notice}")
             self.run_finished.emit(summary)
         elif name in ("undo", "redo"):
             self.status_text.setText(f"{name.capitalize()}: {len(self.store.steps)} tokens.")

@@ -161,6 +161,21 @@ def token_ids(data: Any, id_limit: int = MAX_SERVED_TOKEN_ID) -> list[int]:
     return tokens
 
 
+def unknown_ids_notice(bundle: object) -> str:
+    """A sentence for the status line when a served model's client saw token ids the local
+    tokenizer does not know (they show as ``<id>``); "" otherwise."""
+    client = getattr(bundle, "client", None)
+    unknown = sorted(getattr(client, "unknown_ids", ()) or ())
+    if not unknown:
+        return ""
+    shown = ", ".join(str(i) for i in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+    return (
+        f" Warning: the server sent {len(unknown)} token id(s) the local tokenizer does not "
+        f"know ({shown}; it has {client.vocab_size} tokens): is it the served model's "
+        "tokenizer?"
+    )
+
+
 # -- credentials ---------------------------------------------------------------------------
 
 

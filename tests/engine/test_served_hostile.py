@@ -115,6 +115,13 @@ def test_ids_the_local_tokenizer_does_not_know_are_noted():
     c.vocab_size = 50_000
     served = c.next_token([1], 1)
     assert served.token_id == 60000 and c.unknown_ids == {60000}
+    from types import SimpleNamespace
+
+    from engine.validate.served import unknown_ids_notice
+
+    notice = unknown_ids_notice(SimpleNamespace(client=c))  # what the status line adds
+    assert "60000" in notice and "does not know" in notice and "50000 tokens" in notice
+    assert unknown_ids_notice(SimpleNamespace(client=None)) == ""
 
 
 # -- credentials -----------------------------------------------------------------------------
