@@ -43,3 +43,15 @@ def text_list(value: Any, most: int) -> list[str]:
     if not isinstance(items, list):
         return []
     return [i for i in items if isinstance(i, str) and len(i) < 4096][:most]
+
+
+def json_object(value: Any) -> dict[str, Any]:
+    """A JSON object kept as text in the settings (the sampler's settings, the user's presets);
+    {} for anything else (not JSON, not an object, nested past the parser's bound)."""
+    if not isinstance(value, str) or not value or len(value) > MAX_SETTING_CHARS:
+        return {}
+    try:
+        data = parse_json(value, "settings", MAX_SETTING_CHARS)
+    except InputError:
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -14,6 +14,9 @@ HOSTILE = [
     ("models/recents", "[" * 100_000),
     ("models/recents", '{"not": "a list"}'),
     ("prompt/text", 42),
+    ("sampler/settings", "[" * 100_000),
+    ("sampler/user_presets", "[1, 2]"),
+    ("sampler/user_presets", '{"mine": [1, 2]}'),
 ]
 
 
