@@ -1,6 +1,8 @@
-"""The autosave (and a run exported as JSON) read back: bounded, then checked field by field
-with pydantic, then turned into the engine's records. A file that fails is never half-applied:
-``parse_autosave`` returns a whole ``SavedRun`` or raises ``InputError``."""
+"""The autosave read back: its size bounded, its JSON parsed with a depth bound, its head
+checked by a strict pydantic model and its steps validated by pydantic straight into the
+engine's records, then their value ranges checked in one pass. A file that fails is never
+half-applied: ``parse_autosave`` returns a whole ``SavedRun`` or raises ``InputError`` naming
+the field."""
 
 from __future__ import annotations
 
