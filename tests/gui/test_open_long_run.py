@@ -5,10 +5,13 @@ token-by-token insertion took."""
 
 import json
 
+import pytest
+
 from gui.open_bench import synthetic_autosave, time_open
 from gui.store import RunStore
 
 
+@pytest.mark.slow
 def test_an_80000_step_autosave_opens_in_seconds_not_minutes(qtbot, tmp_path):
     path = synthetic_autosave(tmp_path / "autosave.json", 80_000)
     seconds, steps = time_open(path)
