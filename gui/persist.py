@@ -14,7 +14,9 @@ from PySide6.QtWidgets import QFileDialog
 
 from engine.classroom.export import write_atomic
 from engine.models.catalog import DEFAULT_MODEL
-from engine.sampling.settings import SamplerSettings
+from engine.validate import InputError
+from engine.validate import autosave as autosave_io
+from engine.validate import settings as check
 from gui.menus import BASE_FONT_PT
 from gui.widgets.model_picker import MAX_RECENTS
 from gui.widgets.token_pane import COLOR_BY_RANK
@@ -61,21 +63,22 @@ def restore_state(w: MainWindow, s: QSettings) -> str:
     splitter = s.value("splitter")
     if splitter is not None:
         w.splitter.restoreState(splitter)
-    theme = s.value("theme", "light", type=str)
-    zoom = s.value("zoom", BASE_FONT_PT, type=int)
-    mode = s.value("color_mode", COLOR_BY_RANK, type=str)
-    w.plots.dist_box.top_n.setValue(s.value("top_n", 20, type=int))
+    # Raw values, checked by engine.validate.settings: Qt's own type= conversion raises on a
+    # number too big for an int, and a hand-edited file may hold anything.
+    theme = check.text(s.value("theme"), "light")
+    zoom = check.whole(s.value("zoom"), BASE_FONT_PT, 4, 96)
+    mode = check.text(s.value("color_mode"), COLOR_BY_RANK)
+    top_n = w.plots.dist_box.top_n
+    w.plots.dist_box.top_n.setValue(
+        check.whole(s.value("top_n"), 20, top_n.minimum(), top_n.maximum())
+    )
     s.endGroup()
     s.beginGroup("models")
-    initial = s.value("last", DEFAULT_MODEL, type=str) or DEFAULT_MODEL
-    try:
-        recents = [str(r) for r in json.loads(s.value("recents", "[]", type=str))]
-    except ValueError:
-        recents = []
-    w.picker.recents = recents[:MAX_RECENTS]
+    initial = check.text(s.value("last"), DEFAULT_MODEL) or DEFAULT_MODEL
+    w.picker.recents = check.text_list(s.value("recents"), MAX_RECENTS)
     s.endGroup()
     s.beginGroup("prompt")
-    w.prompt.setPlainText(s.value("text", "", type=str))
+    w.prompt.setPlainText(check.text(s.value("text"), ""))
     s.endGroup()
     w.sampler.restore_state(s)
     w.method.restore_state(s)
@@ -88,7 +91,10 @@ def restore_state(w: MainWindow, s: QSettings) -> str:
 
 
 def write_autosave(w: MainWindow) -> bool:
-    """Write prompt, settings and the run (every step) atomically."""
+    """Write prompt, settings and the run (every step) atomically; never over an autosave
+    that could not be read and could not be moved aside."""
+    if getattr(w, "autosave_blocked", False):
+        return False
     head = {
         "editor_prompt": w.prompt.toPlainText(),
         "model": w.bundle.source_key if w.bundle else "",
@@ -97,7 +103,7 @@ def write_autosave(w: MainWindow) -> bool:
     }
     try:
         w.autosave_path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(w.autosave_path, w.store.autosave_text(head))
+        write_atomic(w.autosave_path, w.store.autosave_text(head), private=True)
     except OSError as exc:
         w.status_text.setText(f"Could not autosave: {exc}")
         return False
@@ -105,21 +111,40 @@ def write_autosave(w: MainWindow) -> bool:
 
 
 def read_autosave(w: MainWindow) -> bool:
-    """Restore the last run, if the autosave holds one; a damaged file is ignored."""
+    """Restore the last run, if the autosave holds one. A damaged file is moved aside (never
+    overwritten) and the status bar says where it went; the window starts either way."""
     try:
-        data = json.loads(w.autosave_path.read_text(encoding="utf-8"))
-        settings = SamplerSettings.from_dict(data.get("settings", {}))
-        change = w.store.restore(data)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        saved = autosave_io.read_autosave(w.autosave_path)
+    except InputError as exc:
+        _set_aside(w, exc)
         return False
-    w.prompt.setPlainText(data.get("editor_prompt", ""))
-    w.sampler.set_settings(settings)
+    if saved is None:
+        return False
+    change = w.store.restore_saved(saved)
+    w.prompt.setPlainText(saved.editor_prompt)
+    w.sampler.set_settings(saved.settings)
     w.views.apply(change, busy=False)
     if w.store.steps:
         w.status_text.setText(
             f"Restored the last run ({len(w.store.steps)} tokens) from the autosave."
         )
     return True
+
+
+def _set_aside(w: MainWindow, exc: InputError) -> None:
+    try:
+        copy = autosave_io.move_aside(w.autosave_path)
+    except OSError as err:
+        w.autosave_blocked = True  # the file stays as it is: write_autosave leaves it alone
+        w.status_text.setText(
+            f"The autosave could not be read ({exc.message}) nor moved aside ({err.strerror}): "
+            f"{w.autosave_path} is left untouched and nothing is autosaved this session."
+        )
+        return
+    w.status_text.setText(
+        f"The autosave could not be read ({exc.message}); it was kept as {copy} and a new one "
+        "starts."
+    )
 
 
 EXPORT_FILTERS = {
@@ -147,7 +172,7 @@ def export_run(w: MainWindow, kind: str, path: str | None = None) -> bool:
         else:
             model = w.bundle.name if w.bundle else ""
             write_atomic(path, w.store.export(kind, model, w.sampler.settings().to_dict()))
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # a full disk, a value a format cannot hold
         w.show_error(f"Could not export to {path}:\n{exc}")
         return False
     w.status_text.setText(f"Exported {path}")

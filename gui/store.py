@@ -21,7 +21,6 @@ from engine.classroom.export import (
     run_to_json,
     run_to_markdown,
     step_to_dict,
-    steps_from_dict,
 )
 from engine.records import (
     KEEP_FULL,
@@ -36,8 +35,7 @@ from engine.records import (
     Step,
     lighten_old,
 )
-
-AUTOSAVE_FORMAT = "decoding-lab-autosave/1"
+from engine.validate.autosave import AUTOSAVE_FORMAT  # one spelling for writer and reader
 
 
 def _dumps(step: Step) -> str:
@@ -78,6 +76,7 @@ class RunStore:
         self._pushed_at: deque[float] = deque()  # when each Step was pushed, in order
         self.version = 0  # bumped by every change, so savers know when to write
         self.results: list[MethodResult] = []
+        self._restoring = False  # steps being drained come from a file
         self.clear()
 
     def clear(self) -> None:
@@ -92,7 +91,9 @@ class RunStore:
         self.choices = ChoiceHistory(False, False)
         self.restored = False  # the steps came from an autosave, not from this session
         self.arrived: list[float] = []  # when each step reached the store (wall clock)
-        self._saved: list[str] = []  # each step's autosave JSON, written once
+        # each step's autosave JSON, written once; None until the first autosave for steps
+        # that came from a file (opening a long run need not serialise it again)
+        self._saved: list[str | None] = []
         self.version += 1
 
     # -- in (any thread) ---------------------------------------------------------------------
@@ -143,9 +144,10 @@ class RunStore:
         arrived = self._pushed_at.popleft() if self._pushed_at else time.perf_counter()
         self.steps.append(step)
         self.arrived.append(arrived)
-        self._saved.append(_dumps(step))
+        self._saved.append(None if self._restoring else _dumps(step))
         for i in lighten_old(self.steps, 1, self.keep_full):  # the autosave keeps what we keep
-            self._saved[i] = _dumps(self.steps[i])
+            if self._saved[i] is not None:
+                self._saved[i] = _dumps(self.steps[i])
         s = self.series
         # The step that read the prompt is not a decode step: no point on the speed curves
         # (its time is the time to first token, shown on its own).
@@ -218,21 +220,35 @@ class RunStore:
         return (
             json.dumps(head, ensure_ascii=False)[:-1]
             + ', "steps": ['
-            + ",".join(self._saved)
+            + ",".join(self._filled())
             + "]}"
         )
 
+    def _filled(self) -> list[str]:
+        if None in self._saved:
+            self._saved = [t if t is not None else _dumps(self.steps[i])
+                           for i, t in enumerate(self._saved)]  # fmt: skip
+        return self._saved  # type: ignore[return-value]
+
     def restore(self, data: dict[str, Any]) -> Change:
-        """Load an autosave's run (``data`` as ``autosave_text`` wrote it); returns the change
-        the views must draw. A damaged file raises ValueError (or KeyError, TypeError)."""
-        if data.get("format") != AUTOSAVE_FORMAT:
-            raise ValueError("not a Decoding Lab autosave")
-        steps = steps_from_dict(data)
+        """Load an autosave's run (``data`` as ``autosave_text`` wrote it, parsed); a damaged
+        one raises ``engine.validate.InputError`` (a ValueError) naming the field."""
+        from engine.validate.autosave import saved_run
+
+        return self.restore_saved(saved_run(data))
+
+    def restore_saved(self, saved: Any) -> Change:
+        """Load a checked autosave (``engine.validate.autosave.SavedRun``); returns the change
+        the views must draw."""
         run = RunStarted(
-            data.get("method", "sampling"), data.get("prompt", ""), 0, data.get("settings", {}),
-            chat_template=bool(data.get("chat_template", False)),
+            saved.method, saved.prompt, 0, saved.settings.to_dict(),
+            chat_template=saved.chat_template,
         )  # fmt: skip
-        self.inbox.extend([run, *steps])
-        change = self.drain()
+        self.inbox.extend([run, *saved.steps])
+        self._restoring = True
+        try:
+            change = self.drain()
+        finally:
+            self._restoring = False
         self.restored = True
         return change

@@ -23,6 +23,12 @@ from PySide6.QtWidgets import (
 from engine.drivers.workbench import BEAMS, RunRequest
 from engine.models.loading import ModelBundle
 from engine.records import CONTRASTIVE, SAMPLING, RunSummary, Step
+from engine.validate.served import (
+    CREDENTIALS_REFUSED,
+    has_credentials,
+    redact_url,
+    unknown_ids_notice,
+)
 from gui import appearance, persist, presentation
 from gui.lessons import Classroom
 from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
@@ -184,9 +190,12 @@ class MainWindow(QMainWindow):
             self.runner.stop()
             self._after_idle.append(lambda: self.load_model(source))
             return
+        served = parse_served(source)
+        if served is not None and has_credentials(served[0]):  # before it is shown or kept
+            self.show_error(CREDENTIALS_REFUSED.format(url=redact_url(served[0])))
+            return
         self._loading_source = source
         self.picker.fill(pending=source)
-        served = parse_served(source)
         if served is not None:  # a model behind an OpenAI-compatible endpoint
             from engine.serve.remote import KeySource
 
@@ -424,7 +433,8 @@ class MainWindow(QMainWindow):
             self.store.restored = False  # the engine holds this run now
         if name in RUN_JOBS and summary is not None:
             why = STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
-            self.status_text.setText(f"Done: {summary.tokens} tokens; {why}.")
+            notice = unknown_ids_notice(self.bundle)  # served ids the tokenizer lacks
+            self.status_text.setText(f"Done: {summary.tokens} tokens; {why}.{notice}")
             self.run_finished.emit(summary)
         elif name in ("undo", "redo"):
             self.status_text.setText(f"{name.capitalize()}: {len(self.store.steps)} tokens.")

@@ -1,5 +1,11 @@
 """Writing a run to files: JSON (everything), CSV (one row per step), Markdown (the text).
-Files are written atomically: to a temporary name first, then renamed."""
+Files are written atomically: to a temporary name first, then renamed, with the permissions
+any new file gets (0666 less the umask; the autosave keeps 0600, it is the user's own).
+
+Token text is untrusted: in CSV a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a
+carriage return gets a leading ``'`` (OWASP's advice against formula injection: a spreadsheet
+would run it); in Markdown, HTML and Markdown syntax are escaped; text that cannot be encoded
+(a lone surrogate) is written as U+FFFD, visibly, instead of failing the export."""
 
 from __future__ import annotations
 
@@ -7,7 +13,9 @@ import csv
 import io
 import json
 import os
+import re
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -24,13 +32,35 @@ CSV_COLUMNS = (
 STEP_FIELDS = tuple(f.name for f in fields(Step) if f.name not in ("candidates", "stage_notes"))
 
 
-def write_atomic(path: str | os.PathLike[str], data: str) -> Path:
-    """Write text to ``path`` via a temporary file in the same folder and a rename."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_umask_lock = threading.Lock()
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~#!])")
+
+
+def encodable(text: str) -> str:
+    """``text`` with lone surrogates (which UTF-8 cannot hold) replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _new_file_mode() -> int:
+    """0666 less the process umask: what ``open()`` would give a new file."""
+    with _umask_lock:  # reading the umask means setting it: no other thread in between
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_atomic(path: str | os.PathLike[str], data: str, private: bool = False) -> Path:
+    """Write text to ``path`` via a temporary file in the same folder and a rename. The file
+    gets a new file's usual permissions, or 0600 when ``private``."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(data)
+            f.write(encodable(data))
+        if not private:
+            os.chmod(tmp, _new_file_mode())  # mkstemp makes 0600: an export is to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -79,20 +109,37 @@ def run_to_json(prompt: str, model: str, settings: dict[str, Any], steps: Sequen
     return json.dumps(run_to_dict(prompt, model, settings, steps), indent=1, ensure_ascii=False)
 
 
+def csv_cell(value: Any) -> Any:
+    """A cell a spreadsheet will not run: text starting with = + - @ tab or CR gets a ``'``."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def markdown_text(text: str) -> str:
+    """Text shown as itself in Markdown: HTML and Markdown syntax escaped."""
+    return (
+        _MARKDOWN.sub(r"\\\1", text.replace("&", "&amp;"))
+        .replace("\\<", "&lt;")
+        .replace("\\>", "&gt;")
+    )
+
+
 def run_to_csv(steps: Sequence[Step]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(CSV_COLUMNS)
     for s in steps:
-        writer.writerow([getattr(s, c) for c in CSV_COLUMNS])
+        writer.writerow([csv_cell(getattr(s, c)) for c in CSV_COLUMNS])
     return out.getvalue()
 
 
 def run_to_markdown(
     prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step]
 ) -> str:
-    changed = ", ".join(f"{k}={v}" for k, v in settings.items())
-    text = "".join(s.text for s in steps)
+    changed = markdown_text(", ".join(f"{k}={v}" for k, v in settings.items()))
+    text = markdown_text("".join(s.text for s in steps))
+    model, prompt = markdown_text(model), markdown_text(prompt)
     return (
         f"# Decoding Lab run\n\n**Model:** {model}  \n**Settings:** {changed}\n\n"
         f"## Prompt\n\n{prompt}\n\n## Output ({len(steps)} tokens)\n\n{text}\n"

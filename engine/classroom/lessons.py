@@ -25,6 +25,15 @@ import yaml
 from engine.records import RUN_METHODS, SAMPLING, SPEC_DRAFT
 from engine.sampling.checks import RULES
 from engine.sampling.settings import ORDERS, SamplerSettings
+from engine.validate import InputError
+from engine.validate.limits import (
+    MAX_BEAMS,
+    MAX_GAMMA,
+    MAX_LESSON_BYTES,
+    MAX_NEW_TOKENS,
+    MAX_TOP_N,
+)
+from engine.validate.yamlguard import compose_bounded
 
 _BASE = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
 LESSONS_DIR = _BASE / "resources" / "lessons"
@@ -47,7 +56,11 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "limit": None,  # tokens for this run; None: settings.max_new_tokens
     "draft_model": None,  # speculative with a draft model: a bundled model's id
 }
-_INT_OPTIONS = {"num_beams": 1, "gamma": 1, "top_n": 1, "limit": 1}  # name -> minimum
+# name -> (minimum, maximum): the maxima are engine.validate.limits', named in the message
+_INT_OPTIONS = {
+    "num_beams": (1, MAX_BEAMS), "gamma": (1, MAX_GAMMA), "top_n": (1, MAX_TOP_N),
+    "limit": (1, MAX_NEW_TOKENS),
+}  # fmt: skip
 
 LESSON_KEYS = ("title", "model", "description", "stages")
 STAGE_KEYS = (
@@ -202,7 +215,10 @@ def _did_you_mean(word: str, known: tuple[str, ...] | list[str]) -> str:
 
 
 def _show(value: Any) -> str:
-    return "nothing" if value is None else repr(value)
+    if value is None:
+        return "nothing"
+    text = repr(value)  # bounded: compose_bounded capped the nodes a value can expand to
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _settings(reader: _Reader, node: yaml.Node, where: str, base: SamplerSettings
@@ -224,8 +240,10 @@ def _settings(reader: _Reader, node: yaml.Node, where: str, base: SamplerSetting
             ok, limits = RULES[name]
             if not ok(value):
                 raise reader.fail(value_node, here, f"{limits}, got {_show(value)}")
-        if name == "max_new_tokens" and value < 1:
-            raise reader.fail(value_node, here, f"must be at least 1, got {value}")
+        if name == "max_new_tokens" and not 1 <= value <= MAX_NEW_TOKENS:
+            raise reader.fail(
+                value_node, here, f"must be from 1 to {MAX_NEW_TOKENS} (the bound), got {value}"
+            )
         changes[name] = float(value) if isinstance(default, float) else value
     try:
         return base.with_(**changes)
@@ -245,11 +263,13 @@ def _options(reader: _Reader, node: yaml.Node, where: str, base: dict[str, Any]
         if name == "draft_model":
             value = None if value is None else reader.choice(value_node, here, list(BUNDLED))
         elif name in _INT_OPTIONS and not (name == "limit" and value is None):
-            least = _INT_OPTIONS[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            least, most = _INT_OPTIONS[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
                 raise reader.fail(
-                    value_node, here, f"expected a whole number >= {least}, got {_show(value)}"
-                )
+                    value_node, here,
+                    f"expected a whole number >= {least} and <= {most} (the bound), got "
+                    f"{_show(value)}",
+                )  # fmt: skip
         out[name] = value
     return out
 
@@ -274,7 +294,9 @@ def parse_lesson(text: str, path: str | Path | None = None) -> Lesson:
 def _parse(text: str, path: str | Path | None) -> Lesson:
     reader = _Reader(path)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose_bounded(text, "the lesson")
+    except InputError as exc:  # too big, too deep, an alias bomb: refused before construction
+        raise LessonError(exc.message, path) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -373,6 +395,11 @@ def load_lesson(path: str | Path) -> Lesson:
     """Read and check a lesson file; ``LessonError`` names the file, line and field."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_LESSON_BYTES:  # before reading: a huge file is refused at once
+            raise LessonError(
+                f"it is {size // 1024} KB, over the {MAX_LESSON_BYTES // 1024} KB limit", path
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise LessonError(f"cannot read the file: {exc}", path) from exc

@@ -247,8 +247,12 @@ def _csp_hash(text: str) -> str:
 
 def _settings_dict(settings: Any) -> dict[str, Any]:
     if is_dataclass(settings) and not isinstance(settings, type):
-        return asdict(settings)
-    return dict(settings or {})
+        settings = asdict(settings)
+    # NaN and infinity have no JSON spelling: shown as words, so the page is still written
+    return {
+        k: v if not isinstance(v, float) or math.isfinite(v) else str(v)
+        for k, v in dict(settings or {}).items()
+    }
 
 
 def run_to_html(

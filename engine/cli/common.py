@@ -7,6 +7,9 @@ import argparse
 import sys
 from typing import Any
 
+from engine.cli.args import bounded_int
+from engine.validate.limits import MAX_TOP_N
+
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
     """A model served elsewhere (vLLM, SGLang, llama.cpp's server): --model is then its
@@ -18,15 +21,21 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
         help="API key from $DECODING_LAB_API_KEY (env) or the system keychain",
     )  # fmt: skip
     g.add_argument("--tokenizer", default=None, help="local hub id or folder of its tokenizer")
-    g.add_argument("--logprobs", type=int, default=20, help="candidates per step (server max)")
+    g.add_argument(
+        "--logprobs",
+        type=bounded_int(1, MAX_TOP_N),
+        default=20,
+        help="candidates per step (server max)",
+    )
     g.add_argument("--insecure", action="store_true", help="do not verify HTTPS certificates")
 
 
 def open_served(args: argparse.Namespace) -> Any:
     from engine.serve.remote import KeySource
     from engine.serve.remote_session import open_served
+    from engine.validate.served import redact_url
 
-    print(f"[connecting to {args.server}]", file=sys.stderr)
+    print(f"[connecting to {redact_url(args.server)}]", file=sys.stderr)
     return open_served(
         args.server, args.model, KeySource(args.key_source), tokenizer=args.tokenizer,
         n_logprobs=args.logprobs, verify=not args.insecure,

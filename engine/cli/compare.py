@@ -5,21 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine.cli.args import bounded_int, device, text
 from engine.cli.common import add_server_options, open_served
+from engine.validate.limits import MAX_BEAMS, MAX_GAMMA, MAX_NEW_TOKENS
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     cmp = sub.add_parser("compare", help="run several decoding methods on one prompt, side by side")
     cmp.add_argument("--model", default=None, help="as for generate (default: smollm2-135m)")
-    cmp.add_argument("--prompt", default=None)
+    cmp.add_argument("--prompt", type=text, default=None)
     cmp.add_argument("--no-chat-template", action="store_true")
     cmp.add_argument("--draft-model", default=None, help="a smaller model with the same tokenizer")
     cmp.add_argument(
         "--methods", default=None, help="comma-separated subset, e.g. 'plain, KV cache,beam search'"
     )
-    cmp.add_argument("--max-new-tokens", type=int, default=64)
-    cmp.add_argument("--num-beams", type=int, default=4)
-    cmp.add_argument("--gamma", type=int, default=5, help="draft tokens per target pass")
+    cmp.add_argument("--max-new-tokens", type=bounded_int(1, MAX_NEW_TOKENS), default=64)
+    cmp.add_argument("--num-beams", type=bounded_int(1, MAX_BEAMS), default=4)
+    cmp.add_argument(
+        "--gamma", type=bounded_int(1, MAX_GAMMA), default=5, help="draft tokens per target pass"
+    )
     cmp.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     cmp.add_argument("--seed", type=int, default=0)
     cmp.add_argument("--show-text", action="store_true", help="print each method's output")
@@ -28,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="compare sampler presets instead of methods, e.g. 'Greedy,Creative,Mirostat 2' "
         "(same prompt and seed; distinct-1/2 and rep-4 next to the speed)",
     )  # fmt: skip
-    cmp.add_argument("--device", default="auto")
+    cmp.add_argument("--device", type=device, default="auto")
     cmp.add_argument("--dtype", default="auto")
     add_server_options(cmp)
     cmp.add_argument(

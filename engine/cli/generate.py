@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 
+from engine.cli.args import bounded_int, device, text
 from engine.cli.common import (
     add_sampler_options,
     add_server_options,
@@ -14,6 +15,7 @@ from engine.cli.common import (
     settings_from,
     visible,
 )
+from engine.validate.limits import MAX_BEAMS, MAX_NEW_TOKENS, MAX_TOP_N
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -23,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=None,
         help="bundled name, Hugging Face id, folder or .gguf (default: smollm2-135m)",
     )
-    gen.add_argument("--prompt", default=None, help="the prompt (default: the model's example)")
+    gen.add_argument(
+        "--prompt", type=text, default=None, help="the prompt (default: the model's example)"
+    )
     gen.add_argument("--no-chat-template", action="store_true", help="send the prompt as it is")
     gen.add_argument("--preset", default=None, help="start from a preset (Greedy, Balanced, ...)")
     gen.add_argument("--temperature", type=float, default=None, help="0 = greedy")
@@ -36,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         action="store_true",
         help="apply temperature after the filters (llama.cpp order)",
     )
-    gen.add_argument("--max-new-tokens", type=int, default=None)
+    gen.add_argument("--max-new-tokens", type=bounded_int(1, MAX_NEW_TOKENS), default=None)
     gen.add_argument("--seed", type=int, default=None)
     add_sampler_options(gen)
     gen.add_argument(
@@ -44,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         choices=("sampling", "beam", "sampled_beam", "group_beam", "contrastive"),
         help="how tokens are chosen (default: sampling); beam methods print the best beam",
     )  # fmt: skip
-    gen.add_argument("--num-beams", type=int, default=4, help="beam methods (default: 4)")
+    gen.add_argument(
+        "--num-beams", type=bounded_int(1, MAX_BEAMS), default=4, help="beam methods (default: 4)"
+    )
     gen.add_argument(
         "--num-beam-groups", type=int, default=2, help="group_beam: groups (default: 2)"
     )
@@ -60,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     gen.add_argument(
         "--show-probs",
-        type=int,
+        type=bounded_int(0, MAX_TOP_N),
         default=0,
         metavar="N",
         help="print each step with its top-N candidates",
@@ -69,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--engine", choices=("fast", "transformers"), default="fast",
         help="fast: the lean Llama-family decode path where supported; transformers: model.forward",
     )  # fmt: skip
-    gen.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    gen.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda, mps")
     gen.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     gen.add_argument(
         "--html", metavar="FILE", default=None,

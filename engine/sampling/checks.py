@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+MIN_TEMPERATURE = 1e-6  # the least the tests show sampling finite at; engine.validate.limits
+
 
 def is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
@@ -22,7 +24,11 @@ def _is_fraction(x: Any) -> bool:
 
 
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "temperature": (lambda v: is_number(v) and v >= 0, "must be >= 0"),
+    # Just above 0 (greedy: 1e-320), logits / T overflow to inf and sampling gets NaN.
+    "temperature": (
+        lambda v: is_number(v) and (v == 0 or v >= MIN_TEMPERATURE),
+        f"must be 0 (greedy) or >= {MIN_TEMPERATURE}",
+    ),
     "top_k": (_is_count, "must be an integer >= 0"),
     "top_p": (_is_fraction, "must be in [0, 1]"),
     "min_p": (_is_fraction, "must be in [0, 1]"),

@@ -10,16 +10,16 @@ at the server root). Prompts go as token-id lists and tokens come back as ids
 The API key comes from the environment (``DECODING_LAB_API_KEY``) or the OS keychain
 (``keyring``); it lives only in the HTTP client's headers: never in ``repr``, messages, settings
 or exports. HTTPS certificates are verified unless the caller says otherwise. Requests time
-out, 429 and 5xx answers (and refused connections) are retried with exponential backoff, and
-every failure becomes a ``RemoteError`` whose ``kind`` names it and whose message says what to
-do.
+out per read and as a whole (a deadline, however slowly a server trickles), replies are
+bounded in size and checked field by field (``engine.validate.served``: finite log-probabilities
+at most 0, token ids inside a bound), an address holding a user name or password is refused,
+server text is scrubbed of the key before it is shown, 429 and 5xx answers (and refused
+connections) are retried with exponential backoff, and every failure becomes a
+``RemoteError`` whose ``kind`` names it and whose message says what to do.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -28,76 +28,34 @@ from urllib.parse import urlsplit
 
 import httpx
 
-KEY_ENV = "DECODING_LAB_API_KEY"
-KEYRING_SERVICE = "decoding-lab"
+from engine.serve.remote_errors import (  # noqa: F401 - the client's names, re-exported
+    BAD_RESPONSE,
+    CONTEXT_EXCEEDED,
+    ERROR_KINDS,
+    KEY_ENV,
+    KEYRING_SERVICE,
+    LOGPROBS_NOT_ALLOWED,
+    MODEL_NOT_FOUND,
+    SERVER_ERROR,
+    UNAUTHORIZED,
+    UNREACHABLE,
+    KeySource,
+    RemoteError,
+    server_message,
+    status_error,
+    store_key,
+)
+from engine.validate import InputError
+from engine.validate import served as check
+from engine.validate.limits import (
+    MAX_REPLY_BYTES,
+    MAX_SERVED_TOKEN_ID,
+    REQUEST_DEADLINE_S,
+    STREAM_SECONDS_PER_TOKEN,
+)
+from engine.validate.served import TOKEN_ID_PREFIX  # noqa: F401 - re-exported
 
-# RemoteError.kind
-UNREACHABLE = "unreachable"
-UNAUTHORIZED = "unauthorized"
-MODEL_NOT_FOUND = "model_not_found"
-LOGPROBS_NOT_ALLOWED = "logprobs_not_allowed"
-CONTEXT_EXCEEDED = "context_exceeded"
-SERVER_ERROR = "server_error"
-BAD_RESPONSE = "bad_response"
-ERROR_KINDS = (
-    UNREACHABLE, UNAUTHORIZED, MODEL_NOT_FOUND, LOGPROBS_NOT_ALLOWED, CONTEXT_EXCEEDED,
-    SERVER_ERROR, BAD_RESPONSE,
-)  # fmt: skip
-
-TOKEN_ID_PREFIX = "token_id:"  # vLLM's spelling of a token with return_tokens_as_token_ids
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
-class RemoteError(Exception):
-    """A served model could not answer; ``kind`` is one of ``ERROR_KINDS``."""
-
-    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.status = status
-
-
-# -- the API key ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KeySource:
-    """Where the API key comes from, never the key itself: ``none``, ``env`` (the variable
-    ``name``, default ``DECODING_LAB_API_KEY``) or ``keyring`` (service ``decoding-lab``, user
-    ``name``, default: the endpoint's host). Safe to remember with a recent endpoint."""
-
-    kind: str = "env"
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("none", "env", "keyring"):
-            raise ValueError(f"key source must be none, env or keyring, got {self.kind!r}")
-
-    def resolve(self, base_url: str) -> str | None:
-        """The key, or None when there is none (a server without --api-key needs none)."""
-        if self.kind == "none":
-            return None
-        if self.kind == "env":
-            return os.environ.get(self.name or KEY_ENV) or None
-        import keyring
-        from keyring.errors import KeyringError
-
-        user = self.name or (urlsplit(base_url).hostname or base_url)
-        try:
-            return keyring.get_password(KEYRING_SERVICE, user)
-        except KeyringError as exc:
-            raise RemoteError(
-                UNAUTHORIZED,
-                f"The system keychain could not be read ({type(exc).__name__}): store the key "
-                f"there under service {KEYRING_SERVICE!r}, user {user!r}, or set {KEY_ENV}.",
-            ) from exc
-
-
-def store_key(base_url: str, key: str, user: str = "") -> None:
-    """Put a key in the OS keychain for ``KeySource("keyring")`` (the GUI's dialog uses it)."""
-    import keyring
-
-    keyring.set_password(KEYRING_SERVICE, user or (urlsplit(base_url).hostname or base_url), key)
 
 
 # -- what comes back -------------------------------------------------------------------------
@@ -136,48 +94,11 @@ def normalise_url(url: str) -> str:
         raise ValueError("The server URL is empty.")
     if "://" not in url:
         url = "http://" + url
+    if check.has_credentials(url):  # refused before it can reach a setting, file or message
+        raise RemoteError(UNAUTHORIZED, check.CREDENTIALS_REFUSED.format(url=check.redact_url(url)))
     if urlsplit(url).scheme not in ("http", "https"):
         raise ValueError(f"The server URL must start with http:// or https://, got {url!r}")
     return url.removesuffix("/v1")
-
-
-def _token_id(key: str) -> int:
-    if not key.startswith(TOKEN_ID_PREFIX):
-        raise RemoteError(
-            BAD_RESPONSE,
-            f"The server sent the token {key!r} as text, not as an id: it does not support "
-            "return_tokens_as_token_ids (vLLM does), so the lab cannot tell which token it is.",
-        )
-    return int(key[len(TOKEN_ID_PREFIX) :])
-
-
-def _positions(choice: dict[str, Any], finish: str | None, seconds: float) -> list[ServedToken]:
-    """The completions API's ``logprobs`` block -> one ServedToken per generated token."""
-    lp = choice.get("logprobs")
-    if not isinstance(lp, dict) or not isinstance(lp.get("tokens"), list):
-        raise RemoteError(BAD_RESPONSE, "The server sent no log-probabilities with the token.")
-    tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
-    out = []
-    rows = zip(lp["tokens"], lp["token_logprobs"], tops, strict=True)
-    for i, (key, logprob, top) in enumerate(rows):
-        ranked = sorted(
-            (TopToken(_token_id(k), _finite(v)) for k, v in (top or {}).items()),
-            key=lambda t: (-t.logprob, t.token_id),
-        )
-        last = i == len(lp["tokens"]) - 1
-        out.append(
-            ServedToken(
-                _token_id(key), _finite(logprob), tuple(ranked), finish if last else None, seconds
-            )
-        )
-    return out
-
-
-def _finite(value: Any) -> float:
-    # The OpenAI format has no -inf; servers send -9999.0 or null for an impossible token.
-    if value is None:
-        return -math.inf
-    return float(value)
 
 
 # -- the client ------------------------------------------------------------------------------
@@ -203,11 +124,22 @@ class RemoteClient:
         retries: int = 3,
         backoff: float = 0.5,
         transport: httpx.BaseTransport | None = None,
+        deadline: float = REQUEST_DEADLINE_S,
     ) -> None:
         self.base_url = normalise_url(base_url)
         self.retries = max(0, int(retries))
         self.backoff = backoff
+        self.deadline = deadline  # seconds for a whole request, however slowly it trickles
+        # Ids at or past id_limit are refused (a broken server); ids at or past vocab_size (the
+        # local tokenizer's, when the owner sets it) are kept but noted in unknown_ids.
+        self.id_limit = MAX_SERVED_TOKEN_ID
+        self.vocab_size: int | None = None
+        self.unknown_ids: set[int] = set()
         key = api_key if api_key is not None else (key_source or KeySource()).resolve(self.base_url)
+        # Server text is scrubbed of the key before it is shown; a closure, so the key stays
+        # out of vars() and repr like the rest of the client.
+        secrets = (f"Bearer {key}", key) if key else ()
+        self._scrub = lambda text: check.scrub(text, secrets)
         self._http = httpx.Client(
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {key}"} if key else {},
@@ -243,7 +175,7 @@ class RemoteClient:
             self.requests += 1
             response: httpx.Response | None = None
             try:
-                response = self._http.request(method, path, json=body)
+                response = self._fetch(method, path, body)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if last:
                     raise self._unreachable(exc) from None
@@ -256,6 +188,37 @@ class RemoteClient:
                 response.close()
             time.sleep(self._delay(attempt, response))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _fetch(self, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
+        """One request, its body read within the deadline and the size bound."""
+        request = self._http.build_request(method, path, json=body)
+        response = self._http.send(request, stream=True)
+        try:
+            content = b"".join(self._chunks(response, time.monotonic() + self.deadline))
+        finally:
+            response.close()
+        return httpx.Response(
+            response.status_code, headers=response.headers, content=content, request=request
+        )
+
+    def _chunks(self, response: httpx.Response, deadline: float) -> Iterator[bytes]:
+        """The body's bytes, refused past ``MAX_REPLY_BYTES`` or past ``deadline`` (the read
+        timeout alone lets a server that sends a byte every few seconds hold on forever)."""
+        total = 0
+        for chunk in response.iter_bytes():
+            total += len(chunk)
+            if total > MAX_REPLY_BYTES:
+                raise RemoteError(
+                    BAD_RESPONSE,
+                    f"The server's answer is over the {MAX_REPLY_BYTES >> 20} MB limit.",
+                )
+            if time.monotonic() > deadline:
+                raise RemoteError(
+                    UNREACHABLE,
+                    f"The server at {self.base_url} did not finish its answer within the "
+                    f"deadline of {self.deadline:.0f} s. The tokens so far are kept.",
+                )
+            yield chunk
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
         after = response.headers.get("retry-after") if response is not None else None
@@ -289,49 +252,9 @@ class RemoteClient:
         status = response.status_code
         if status < 400:
             return
-        message = _server_message(response)
-        low = message.lower()
-        if status in (401, 403):
-            raise RemoteError(
-                UNAUTHORIZED,
-                f"The server at {self.base_url} refused the request ({status}): the API key is "
-                f"missing or wrong. Set {KEY_ENV} or store the key in the system keychain.",
-                status,
-            )
-        if "logprob" in low and status < 500:
-            raise RemoteError(
-                LOGPROBS_NOT_ALLOWED,
-                f"The server does not give that many log-probabilities ({message}). Ask for "
-                "fewer candidates, or start it with a higher limit (vLLM: --max-logprobs 20).",
-                status,
-            )
-        if status < 500 and any(
-            s in low for s in ("context length", "max_model_len", "maximum context", "too long")
-        ):
-            raise RemoteError(
-                CONTEXT_EXCEEDED,
-                f"The text no longer fits the served model's context ({message}). Shorten the "
-                "prompt or go back a few tokens.",
-                status,
-            )
-        if status == 404 or ("model" in low and ("not exist" in low or "not found" in low)):
-            if path.endswith("/models"):
-                raise RemoteError(
-                    BAD_RESPONSE,
-                    f"{self.base_url} has no /v1/models: is it an OpenAI-compatible server?",
-                    status,
-                )
-            raise RemoteError(
-                MODEL_NOT_FOUND,
-                f"The server has no model named {self.model!r} ({message}). "
-                f"It serves: {', '.join(self._names()) or 'nothing it will list'}.",
-                status,
-            )
-        if status >= 500:
-            raise RemoteError(
-                SERVER_ERROR, f"The server failed ({status}) after retries: {message}", status
-            )
-        raise RemoteError(BAD_RESPONSE, f"The server refused the request ({status}): {message}")
+        message = self._scrub(server_message(response))
+        names = self._names if status == 404 or "model" in message.lower() else list
+        raise status_error(status, message, self.base_url, self.model, path, names)
 
     def _names(self) -> list[str]:
         try:
@@ -340,12 +263,31 @@ class RemoteClient:
             return []
 
     def _json(self, response: httpx.Response) -> Any:
+        from engine.validate.jsonio import parse_json
+
         try:
-            return response.json()
-        except ValueError:
+            text = response.content.decode("utf-8")
+            return parse_json(text, "", MAX_REPLY_BYTES)
+        except (UnicodeDecodeError, InputError):
             raise RemoteError(
                 BAD_RESPONSE, f"The server at {self.base_url} did not answer with JSON."
             ) from None
+
+    def _served(self, data: Any, seconds: float = 0.0) -> list[ServedToken]:
+        """A completion's checked positions as ServedTokens (unknown ids noted)."""
+        try:
+            rows = check.positions(data, self.id_limit)
+        except InputError as exc:
+            raise RemoteError(BAD_RESPONSE, f"The server's answer is broken: {exc}.") from None
+        out = []
+        for p in rows:
+            top = tuple(TopToken(i, lp) for i, lp in p.top)
+            out.append(ServedToken(p.token_id, p.logprob, top, p.finish_reason, seconds))
+            if self.vocab_size:
+                self.unknown_ids.update(
+                    i for i in (p.token_id, *(t.token_id for t in top)) if i >= self.vocab_size
+                )
+        return out
 
     # -- the API -----------------------------------------------------------------------------
 
@@ -353,9 +295,8 @@ class RemoteClient:
         """The models the server lists (``/v1/models``) with their context length when given."""
         data = self._json(self._send("GET", "/v1/models"))
         try:
-            items = data["data"]
-            out = [ServedModelInfo(str(m["id"]), m.get("max_model_len")) for m in items]
-        except (KeyError, TypeError):
+            out = [ServedModelInfo(name, size) for name, size in check.models(data)]
+        except InputError:
             raise RemoteError(
                 BAD_RESPONSE, "The server's model list is not in the /v1 format."
             ) from None
@@ -376,8 +317,10 @@ class RemoteClient:
         start = time.perf_counter()
         data = self._json(self._send("POST", "/v1/completions", body))
         seconds = time.perf_counter() - start
-        choice = _first_choice(data)
-        return _positions(choice, choice.get("finish_reason"), seconds)[0]
+        served = self._served(data, seconds)
+        if not served:
+            raise RemoteError(BAD_RESPONSE, "The server's answer has no token.")
+        return served[0]
 
     def complete(
         self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 0, **sampling: Any
@@ -387,9 +330,7 @@ class RemoteClient:
             "model": self.model, "prompt": [int(i) for i in ids], "max_tokens": int(max_tokens),
             "logprobs": int(n_logprobs), "return_tokens_as_token_ids": True, **sampling,
         }  # fmt: skip
-        data = self._json(self._send("POST", "/v1/completions", body))
-        choice = _first_choice(data)
-        return _positions(choice, choice.get("finish_reason"), 0.0)
+        return self._served(self._json(self._send("POST", "/v1/completions", body)))
 
     def stream(
         self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 20, **sampling: Any
@@ -405,29 +346,25 @@ class RemoteClient:
         }  # fmt: skip
         self.requests += 1
         answering = False
+        deadline = time.monotonic() + self.deadline + STREAM_SECONDS_PER_TOKEN * int(max_tokens)
         try:
             with self._http.stream("POST", "/v1/completions", json=body) as response:
                 answering = True
                 if response.status_code >= 400:
                     response.read()
                     self._check(response, "/v1/completions")
-                for line in response.iter_lines():
+                for line in _lines(self._chunks(response, deadline)):
                     if not line.startswith("data:"):
                         continue
                     payload = line[5:].strip()
                     if payload == "[DONE]":
                         return
-                    try:
-                        chunk = json.loads(payload)
-                    except ValueError:
-                        raise RemoteError(
-                            BAD_RESPONSE, "The server sent a broken stream chunk."
-                        ) from None
-                    if "error" in chunk:
-                        raise RemoteError(SERVER_ERROR, f"The server failed: {chunk['error']}")
-                    choice = _first_choice(chunk)
-                    if choice.get("logprobs") and choice["logprobs"].get("tokens"):
-                        yield from _positions(choice, choice.get("finish_reason"), 0.0)
+                    chunk = self._json(httpx.Response(200, content=payload.encode()))
+                    if isinstance(chunk, dict) and "error" in chunk:
+                        error = self._scrub(str(chunk["error"])[:500])
+                        raise RemoteError(SERVER_ERROR, f"The server failed: {error}")
+                    if check.has_tokens(chunk):
+                        yield from self._served(chunk)
         except httpx.TransportError as exc:
             raise self._unreachable(exc, mid_answer=answering) from None
 
@@ -436,8 +373,8 @@ class RemoteClient:
         body = {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens}
         data = self._json(self._send("POST", "/tokenize", body))
         try:
-            return [int(i) for i in data["tokens"]]
-        except (KeyError, TypeError):
+            return check.token_ids(data, self.id_limit)
+        except InputError:
             raise RemoteError(
                 BAD_RESPONSE, "The server's /tokenize answer has no tokens."
             ) from None
@@ -447,35 +384,27 @@ class RemoteClient:
         body = {"model": self.model, "tokens": [int(i) for i in ids]}
         data = self._json(self._send("POST", "/detokenize", body))
         try:
-            return str(data["prompt"])
+            text = data["prompt"]
+            if not isinstance(text, str):
+                raise TypeError
+            return text
         except (KeyError, TypeError):
             raise RemoteError(
                 BAD_RESPONSE, "The server's /detokenize answer has no text."
             ) from None
 
 
-def _first_choice(data: Any) -> dict[str, Any]:
-    try:
-        choice = data["choices"][0]
-    except (KeyError, IndexError, TypeError):
-        raise RemoteError(BAD_RESPONSE, "The server's answer has no choices.") from None
-    if not isinstance(choice, dict):
-        raise RemoteError(BAD_RESPONSE, "The server's answer has no choices.")
-    return choice
-
-
-def _server_message(response: httpx.Response) -> str:
-    """The error text a server sent ({"error": {"message": ...}} or {"message": ...})."""
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text[:300].strip() or response.reason_phrase
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict):
-            return str(err.get("message") or err.get("detail") or err)[:500]
-        return str(err)[:500]
-    return str(data)[:300]
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """Server-sent-event lines from a byte stream (decoded leniently: a broken byte becomes
+    U+FFFD and the JSON check refuses what matters)."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
 
 
 class ServerTokenizer:

@@ -387,6 +387,7 @@ def open_served(
     try:
         context = client.max_model_len()
         local = _local_tokenizer(tokenizer or client.model)
+        client.vocab_size = len(local) if local is not None else None  # ids it lacks: noted
         tok: Any = local if local is not None else ServerTokenizer(client)
         # One real step: says now, not at the first Generate, whether token-id prompts and
         # this many log-probabilities are accepted.

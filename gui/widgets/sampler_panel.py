@@ -41,6 +41,7 @@ from engine.sampling.settings import (
     SamplerSettings,
     stage_order,
 )
+from engine.validate.settings import json_object
 
 
 @dataclass(frozen=True)
@@ -533,13 +534,15 @@ class SamplerPanel(QGroupBox):
         try:
             raw = store.value("settings", "", type=str)
             presets = store.value("user_presets", "", type=str)
-            if presets:
+            if presets:  # checked JSON objects: {} for anything else (engine.validate)
                 self.user_presets = {
-                    k: SamplerSettings.from_dict(v) for k, v in json.loads(presets).items()
+                    k: SamplerSettings.from_dict(v)
+                    for k, v in json_object(presets).items()
+                    if isinstance(v, dict)
                 }
                 self._fill_presets()
             if raw:
-                self.set_settings(SamplerSettings.from_dict(json.loads(raw)))
+                self.set_settings(SamplerSettings.from_dict(json_object(raw)))
             self.random_seed.setChecked(store.value("random_seed", False, type=bool))
             self.pacing.setValue(store.value("pacing", 0.0, type=float))
         except (ValueError, TypeError):

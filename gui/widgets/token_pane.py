@@ -99,10 +99,14 @@ class TokenPane(QTextEdit):
             self._steps.extend(steps)
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
+        # One edit block: the document lays itself out once at the end, not after every token
+        # (which made opening a long run quadratic in its length: 80,000 steps took minutes).
+        cursor.beginEditBlock()
         for step in steps:
             start = cursor.position()
             cursor.insertText(self.shown_text(step), self._format(step))
             self._spans.append((start, cursor.position()))
+        cursor.endEditBlock()
         self.ensureCursorVisible()
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())

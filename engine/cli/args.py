@@ -1,0 +1,51 @@
+"""Argument types that check a command-line value where argparse reads it: a bad value ends
+in argparse's own one-line message and exit code 2, never a traceback further in. The bounds
+are engine.validate.limits', named in the message."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+
+DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d{1,2})?)$")
+
+
+def device(text: str) -> str:
+    """auto, cpu, mps, cuda or cuda:N."""
+    if not DEVICE.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a device this app can use: auto, cpu, cuda, cuda:N or mps"
+        )
+    return text
+
+
+def text(value: str) -> str:
+    """A command-line text that is valid UTF-8. Python keeps an undecodable byte of argv as a
+    lone surrogate (U+DC80..U+DCFF); no tokenizer can take one, so it is refused here."""
+    for i, ch in enumerate(value):
+        if "\ud800" <= ch <= "\udfff":
+            byte = f"0x{ord(ch) - 0xDC00:02x}" if ch >= "\udc80" else "a surrogate"
+            raise argparse.ArgumentTypeError(
+                f"the text is not valid UTF-8 (byte {byte} at character {i + 1}): check the "
+                "terminal's encoding, or write the text in a file"
+            )
+    return value
+
+
+def bounded_int(least: int, most: int) -> Callable[[str], int]:
+    """A whole number in [least, most]."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+        if not least <= number <= most:
+            raise argparse.ArgumentTypeError(
+                f"must be from {least} to {most} (the bound), got {number}"
+            )
+        return number
+
+    parse.__name__ = "whole number"  # what argparse names in its own messages
+    return parse

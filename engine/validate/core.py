@@ -1,0 +1,31 @@
+"""The error every validator raises, and turning pydantic's reports into one sentence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class InputError(ValueError):
+    """A file or a server reply the app cannot use; ``str()`` says which, where and why."""
+
+    def __init__(self, message: str, source: str = "") -> None:
+        self.message, self.source = message, source
+        super().__init__(f"{source}: {message}" if source else message)
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the top level"
+
+
+def describe(exc: Any, limit: int = 3, prefix: str = "") -> str:
+    """A pydantic ``ValidationError`` as a short sentence: the first few fields and what was
+    wrong with each (the values themselves stay out: they may be huge or hostile)."""
+    parts = [
+        f"{_where((prefix, *e['loc']) if prefix else e['loc'])}: {e['msg'].lower()}"
+        for e in exc.errors()[:limit]
+    ]
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
