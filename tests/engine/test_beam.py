@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from engine.decode.beam import FINISHED, PRUNED, RUNNING, BeamSession, beam_search
-from engine.records import BeamEvent, Rewind, Step
+from engine.decode.beam import BeamSession, beam_search
+from engine.records import FINISHED, PRUNED, RUNNING, BeamEvent, Rewind, Step
 from engine.sampling.settings import SamplerSettings
 from tiny_models import FACTORIES
 
