@@ -231,7 +231,8 @@ class BeamSession(SessionBase):
             for i, j in enumerate(step.order):
                 rows[group.rows[i]] = group.rows[c.beams[j]]
             chosen += [c.tokens[j] for j in step.order]
-            running += step.running
+            if not group.done:  # a group that ended carries nothing on
+                running += step.running
             tree.next_id += len(c.tokens)
             all_cands.append(c)
         tree.cur_len += 1
