@@ -38,7 +38,7 @@ _HOME = {
     "autoregressive_generate": "engine.drivers.compat",
     "autoregressive_generate_encoder_decoder": "engine.drivers.compat",
     "BeamSession": "engine.decode.beam",
-    "ContrastiveSession": "engine.decode.search",
+    "ContrastiveSession": "engine.decode.contrastive",
     "DRY": "engine.sampling.processors",
     "GroupBeamSession": "engine.decode.search",
     "Mirostat": "engine.sampling.processors",

@@ -2,6 +2,7 @@
 
 ``session`` holds ``SessionBase`` (ids, history, stop reasons, the one loop ``stream()``) and
 ``GenerationSession`` (sampling token by token, force, branch, undo); ``measure`` copies what a
-``Step`` shows to the host in one go; ``beam``, ``search`` and ``speculative`` are the other
-methods, each the same base plus its strategy.
+``Step`` shows to the host in one go; ``beam`` (the one beam loop, over the groups of
+``beam_group``), ``search`` (sampled and diverse beam search: that loop with one thing changed),
+``contrastive`` and ``speculative`` are the other methods, each the same base plus its strategy.
 """

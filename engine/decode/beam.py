@@ -20,21 +20,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
+from engine.decode.beam_group import Advance, BeamGroup, BeamRules, Candidates
 from engine.decode.measure import measure
 from engine.decode.session import Record, SessionBase
 from engine.models.device import model_device
 from engine.records import (
     BEAM,
-    FINISHED,
     KEEP_FULL,
-    PRUNED,
-    RUNNING,
     BeamEvent,
     BeamHypothesis,
     BeamNode,
@@ -45,25 +43,29 @@ from engine.sampling.processors import PENALTIES, Chain, apply_chain, build_chai
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 
 
-class _Beams:
-    """The search's state between steps."""
+@dataclass
+class _Tree:
+    """Where the search is: steps taken, the next node id, the sequences' length."""
 
-    def __init__(self, prompt: list[int], n: int, max_length: int, device: torch.device) -> None:
-        self.prompt_len = len(prompt)
-        self.max_length = max_length
-        self.seqs = [list(prompt) for _ in range(n)]
-        self.scores = torch.full((n,), -1e9, device=device)
-        self.scores[0] = 0.0  # only beam 0 is live at first: all beams are the same prompt
-        self.nodes = [0] * n  # the tree node each beam ends at (0: the prompt)
-        self.finished: list[tuple[float, list[int], int]] = []  # (score, seq, node), best first
-        self.improvable = True
-        self.next_id, self.cur_len, self.depth = 1, self.prompt_len, 0
+    depth: int = 0
+    next_id: int = 1  # 0 is the prompt
+    cur_len: int = 0
+
+
+class _GroupsStep(NamedTuple):
+    """One step of all groups."""
+
+    nodes: tuple[BeamNode, ...]  # every group's candidates, group after group
+    candidates: list[Candidates]  # per group that took the step
+    rows: list[int]  # the batch row each beam continues from (for the cache)
+    running: tuple[int, ...]  # node ids that carry on
 
 
 class BeamSession(SessionBase):
     """``for record in session.stream(): ...`` then ``session.result``; or ``session.run()``."""
 
     method = BEAM
+    num_beam_groups = 1  # plain beam search is one group; group beam search sets more
 
     def __init__(
         self,
@@ -157,6 +159,18 @@ class BeamSession(SessionBase):
 
     # -- the search ---------------------------------------------------------------------------
 
+    def _groups(self) -> list[BeamGroup]:
+        """The beams in ``num_beam_groups`` groups of consecutive batch rows."""
+        size = self.num_beams // self.num_beam_groups
+        return [
+            BeamGroup(self.ids, range(g * size, (g + 1) * size), self.device)
+            for g in range(self.num_beam_groups)
+        ]
+
+    def _before_group(self, index: int, chosen: list[int]) -> None:
+        """Called before group ``index`` chooses, with the tokens the earlier groups' beams
+        carry on with at this step; the diversity stage of group beam search reads them."""
+
     @torch.inference_mode()
     def _steps(self, budget: int) -> Iterator[list[Record]]:
         """One list of records per beam step; the last one ends the run."""
@@ -164,138 +178,125 @@ class BeamSession(SessionBase):
         max_length = len(self.ids) + budget
         if self.max_context is not None:
             max_length = min(max_length, self.max_context)
-        b = _Beams(self.ids, self.num_beams, max_length, self.device)
+        rules = BeamRules(len(self.ids), max_length, self.length_penalty, self.early_stopping)
+        groups = self._groups()
+        tree = _Tree(cur_len=len(self.ids))
         tick = time.perf_counter()  # the first step's time includes reading the prompt
         logits, cache, extra = self._start()
         while True:
-            b.depth += 1
-            cands = self._candidates(logits, b.seqs, b.scores, b.cur_len + 1 >= max_length)
-            statuses, final_scores = self._finish(b, cands)
-            top_scores, src, tok, hits, token_logp = cands
-            # The best N unfinished candidates carry on.
-            masked = torch.tensor(top_scores) + torch.tensor(hits, dtype=torch.float) * -1e9
-            order = torch.topk(masked, self.num_beams).indices.tolist()
-            for j in order:
-                if not hits[j]:
-                    statuses[j] = RUNNING
-            nodes = tuple(
-                BeamNode(
-                    node_id=b.next_id + j,
-                    parent=b.nodes[src[j]],
-                    token_id=tok[j],
-                    text=self.text_track.show(tok[j]),
-                    logprob=token_logp[j],
-                    score=top_scores[j],
-                    depth=b.depth,
-                    status=statuses[j],
-                    final_score=final_scores[j],
-                )  # fmt: skip
-                for j in range(len(tok))
-            )
-            self.nodes.update((node.node_id, node) for node in nodes)
-            b.scores = masked[order].to(self.device)
-            b.seqs = [b.seqs[src[j]] + [tok[j]] for j in order]
-            b.nodes = [b.next_id + j for j in order]
-            b.next_id += len(tok)
-            cache.reorder_cache(torch.tensor([src[j] for j in order], device=self.device))
-            b.cur_len += 1
-            live = tuple(node for node, j in zip(b.nodes, order, strict=True) if not hits[j])
-            event = BeamEvent(b.depth, nodes, live, tuple(h[2] for h in b.finished))
-            done = self._done(b, float(masked[order[0]])) or all(hits)
-            self._measure_nodes(nodes, time.perf_counter() - tick)
-            if done:
+            step = self._step_groups(groups, logits, rules, tree)
+            cache.reorder_cache(torch.tensor(step.rows, device=self.device))
+            self.nodes.update((node.node_id, node) for node in step.nodes)
+            finished = sorted((h for g in groups for h in g.finished), key=lambda h: -h.score)
+            ends = tuple(h.node for h in finished)
+            event = BeamEvent(tree.depth, step.nodes, step.running, ends)
+            self._measure_nodes(step.nodes, step.candidates, time.perf_counter() - tick)
+            if all(g.done for g in groups):
                 hyps = tuple(
-                    BeamHypothesis(tuple(seq[b.prompt_len :]), score, node)
-                    for score, seq, node in b.finished
+                    BeamHypothesis(tuple(h.seq[rules.prompt_len :]), h.score, h.node)
+                    for h in finished
                 )
                 seconds = time.perf_counter() - started
-                self.result = BeamResult(hyps, b.depth, self.forward_passes, seconds)
-                records = [event, *self._show_path(self.result.best.node_id), self.result]
+                self.result = BeamResult(hyps, tree.depth, self.forward_passes, seconds)
                 self.finished = True
                 self.stop_reason = self.stop_reason or "max_new_tokens"
-                yield records
+                yield [event, *self._show_path(self.result.best.node_id), self.result]
                 return
-            yield [event, *self._show_path(b.nodes[0])]
+            # the shown beam: the best running one over the groups still searching
+            best = max((g for g in groups if not g.done), key=lambda g: float(g.scores[0]))
+            yield [event, *self._show_path(best.nodes[0])]
             tick = time.perf_counter()
-            last = torch.tensor([seq[-1] for seq in b.seqs], device=self.device)
+            last = torch.tensor([seq[-1] for g in groups for seq in g.seqs], device=self.device)
             logits, cache = self._forward(last, cache, extra)
 
-    def _finish(
-        self, b: _Beams, cands: tuple[list[float], list[int], list[int], list[bool], list[float]]
-    ) -> tuple[list[str], list[float | None]]:
-        """Finished hypotheses: only candidates ranked in the top N may finish; a finished one
-        worse than N better hypotheses is pruned. Returns each candidate's status so far."""
-        top_scores, src, tok, hits, _ = cands
-        n = self.num_beams
-        statuses = [PRUNED] * len(tok)
-        final_scores: list[float | None] = [None] * len(tok)
-        if not b.improvable or (len(b.finished) == n and self.early_stopping is True):
-            return statuses, final_scores
-        gen_len = b.cur_len + 1 - b.prompt_len
-        for j in range(min(n, len(tok))):
-            if hits[j]:
-                final = top_scores[j] / (gen_len**self.length_penalty)
-                b.finished.append((final, b.seqs[src[j]] + [tok[j]], b.next_id + j))
-                statuses[j], final_scores[j] = FINISHED, final
-        b.finished.sort(key=lambda h: -h[0])
-        kept_ids = {h[2] for h in b.finished[:n]}
-        for j in range(len(tok)):
-            if statuses[j] == FINISHED and b.next_id + j not in kept_ids:
-                statuses[j] = PRUNED
-        del b.finished[n:]
-        return statuses, final_scores
+    def _step_groups(
+        self, groups: list[BeamGroup], logits: torch.Tensor, rules: BeamRules, tree: _Tree
+    ) -> _GroupsStep:
+        """One step of every group that is still searching, in turn. logits: [N, vocab] for
+        all beams."""
+        tree.depth += 1
+        at_limit = tree.cur_len + 1 >= rules.max_length
+        nodes: list[BeamNode] = []
+        all_cands: list[Candidates] = []
+        rows = list(range(self.num_beams))
+        chosen: list[int] = []
+        running: list[int] = []
+        for index, group in enumerate(groups):
+            if group.done:
+                continue
+            self._before_group(index, chosen)
+            c = self._candidates(logits[group.rows.start : group.rows.stop], group, at_limit)
+            step = group.advance(c, tree.next_id, tree.cur_len, rules)
+            nodes += self._nodes(c, step, tree)
+            for i, j in enumerate(step.order):
+                rows[group.rows[i]] = group.rows[c.beams[j]]
+            chosen += [c.tokens[j] for j in step.order]
+            if not group.done:  # a group that ended carries nothing on
+                running += step.running
+            tree.next_id += len(c.tokens)
+            all_cands.append(c)
+        tree.cur_len += 1
+        return _GroupsStep(tuple(nodes), all_cands, rows, tuple(running))
 
-    def _done(self, b: _Beams, best_running: float) -> bool:
-        """Whether the search ends: no running beam can beat the worst finished hypothesis
-        (transformers' heuristic), or N are finished with ``early_stopping=True``."""
-        n = self.num_beams
-        if self.early_stopping == "never" and self.length_penalty > 0:
-            best_len = b.max_length - b.prompt_len
-        else:
-            best_len = b.cur_len - b.prompt_len
-        best_possible = best_running / (best_len**self.length_penalty)
-        worst = b.finished[-1][0] if len(b.finished) == n else -1e9
-        b.improvable = b.improvable and best_possible > worst
-        return not b.improvable or (len(b.finished) == n and self.early_stopping is True)
+    def _nodes(self, c: Candidates, step: Advance, tree: _Tree) -> list[BeamNode]:
+        """The tree nodes of one group's candidates."""
+        return [
+            BeamNode(
+                node_id=tree.next_id + j,
+                parent=step.parents[j],
+                token_id=c.tokens[j],
+                text=self.text_track.show(c.tokens[j]),
+                logprob=c.logprobs[j],
+                score=c.scores[j],
+                depth=tree.depth,
+                status=step.statuses[j],
+                final_score=step.final_scores[j],
+            )  # fmt: skip
+            for j in range(len(c.tokens))
+        ]
 
-    def _candidates(
-        self, logits: torch.Tensor, seqs: list[list[int]], scores: torch.Tensor, at_limit: bool
-    ) -> tuple[list[float], list[int], list[int], list[bool], list[float]]:
-        """The best K candidates over all beams: path scores, source beam, token, whether it
-        ends a hypothesis, and its log-probability. Keeps the beams' distributions for
-        ``_measure_nodes``."""
-        logp = F.log_softmax(logits, dim=-1)  # [N, vocab]
-        ids = torch.tensor(seqs, device=self.device) if self.sampler.uses_ids else None
+    def _candidates(self, logits: torch.Tensor, group: BeamGroup, at_limit: bool) -> Candidates:
+        """The best K candidates over the group's beams (logits: [size, vocab]), by path score:
+        the beam's score plus the token's log-probability after the penalty stages."""
+        logp = F.log_softmax(logits, dim=-1)  # [size, vocab]
+        ids = torch.tensor(group.seqs, device=self.device) if self.sampler.uses_ids else None
         processed, cut = apply_chain(
             self.sampler.stages, ids if ids is not None else torch.empty(0), logp, track=True
         )
+        assert cut is not None  # track=True
         vocab = processed.shape[-1]
-        keep = max(2, 1 + len(self.eos_token_ids)) * self.num_beams
-        total = (processed + scores[:, None]).reshape(-1)  # [N * vocab]
+        keep = max(2, 1 + len(self.eos_token_ids)) * group.size
+        total = (processed + group.scores[:, None]).reshape(-1)  # [size * vocab]
         top_scores, top_idx = self._select(total, min(keep, total.numel()))
         src, tok = top_idx // vocab, top_idx % vocab
         if at_limit:
-            hits = torch.ones_like(tok, dtype=torch.bool)
+            ends = torch.ones_like(tok, dtype=torch.bool)
         elif self.eos_token_ids:
-            hits = torch.isin(tok, torch.tensor(self.eos_token_ids, device=self.device))
+            ends = torch.isin(tok, torch.tensor(self.eos_token_ids, device=self.device))
         else:
-            hits = torch.zeros_like(tok, dtype=torch.bool)
-        self._last = (logits, F.softmax(processed, dim=-1), cut, src, tok)
+            ends = torch.zeros_like(tok, dtype=torch.bool)
         token_logp = processed.reshape(-1)[top_idx]
-        # one copy of the few numbers the bookkeeping needs
-        return (
-            top_scores.tolist(), src.tolist(), tok.tolist(), hits.tolist(), token_logp.tolist()
+        return Candidates(
+            # one copy of the few numbers the bookkeeping needs
+            top_scores.tolist(), src.tolist(), tok.tolist(), ends.tolist(), token_logp.tolist(),
+            logits=logits[src], probs=F.softmax(processed, dim=-1)[src], cut=cut[src],
+            token_ids=tok,
         )  # fmt: skip
 
     def _select(self, total: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """total: [N * vocab] path scores -> the K candidates that go on (scores, indices),
+        """total: [size * vocab] path scores -> the K candidates that go on (scores, indices),
         best first. Sampled beam search (``engine.decode.search``) draws them instead."""
         return torch.topk(total, k)
 
-    def _measure_nodes(self, nodes: Sequence[BeamNode], elapsed: float) -> None:
+    def _measure_nodes(
+        self, nodes: Sequence[BeamNode], cands: Sequence[Candidates], elapsed: float
+    ) -> None:
         """A Step record for every candidate of this step, from its beam's distribution."""
-        logits, probs, cut, src, tok = self._last
-        measured = measure(logits[src], probs[src], tok, self.top_n, cut[src])
+        measured = measure(
+            torch.cat([c.logits for c in cands]), torch.cat([c.probs for c in cands]),
+            torch.cat([c.token_ids for c in cands]), self.top_n,
+            torch.cat([c.cut for c in cands]),
+        )  # fmt: skip
         fed = len(self.ids) if nodes and nodes[0].depth == 1 else 1  # the prompt's pass
         rate = self.clock.add(elapsed, fed)
         for node, m in zip(nodes, measured, strict=True):

@@ -273,7 +273,8 @@ def make_session(
 
         return BeamSession(bundle.model, ids, settings, num_beams=request.num_beams, **common)
     if request.method in (SAMPLED_BEAM, GROUP_BEAM, CONTRASTIVE):
-        from engine.decode.search import ContrastiveSession, GroupBeamSession, SampledBeamSession
+        from engine.decode.contrastive import ContrastiveSession
+        from engine.decode.search import GroupBeamSession, SampledBeamSession
 
         if request.method == SAMPLED_BEAM:
             return SampledBeamSession(

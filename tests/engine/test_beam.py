@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from engine.decode.beam import FINISHED, PRUNED, RUNNING, BeamSession, beam_search
-from engine.records import BeamEvent, Rewind, Step
+from engine.decode.beam import BeamSession, beam_search
+from engine.records import FINISHED, PRUNED, RUNNING, BeamEvent, Rewind, Step
 from engine.sampling.settings import SamplerSettings
 from tiny_models import FACTORIES
 
@@ -152,3 +152,17 @@ def test_best_beam_streams_as_steps_and_ends_on_the_best_hypothesis(name):
     assert shown == hf_beam(model, 3, 12, eos)
     assert events == session.result.steps
     assert session.summary().tokens == events and session.stop_reason in ("eos", "max_new_tokens")
+
+
+@pytest.mark.parametrize("kw", [{"early_stopping": True}, {"length_penalty": 0.0}])
+def test_a_search_that_stops_early_carries_no_beam_on(kw):
+    """``BeamEvent.running`` lists the beams that carry on: N until the last step, none then,
+    also when the search ends before the limit."""
+    model = FACTORIES["llama"]()
+    session = BeamSession(
+        model, PROMPT, SamplerSettings(max_new_tokens=30), num_beams=3,
+        eos_token_ids=eos_candidates(model), **kw,
+    )  # fmt: skip
+    events = [r for r in session.stream() if isinstance(r, BeamEvent)]
+    assert len(events) < 30  # ended by the rules, not the limit
+    assert all(len(e.running) == 3 for e in events[:-1]) and events[-1].running == ()

@@ -1,14 +1,13 @@
-"""Search methods: sampled beam search equals transformers.generate(do_sample=True,
-num_beams=N) draw for draw; contrastive search equals a plain, uncached rewrite of its rule
-(transformers 5 keeps it on the Hub, which these offline tests cannot reach); both stream
-tree and step records that agree with their result."""
+"""Beam searches beside the plain one: sampled beam search equals
+transformers.generate(do_sample=True, num_beams=N) draw for draw; diverse (group) beam search
+equals a plain rewrite of its rule (transformers 5 keeps it on the Hub, which these offline
+tests cannot reach); both stream tree and step records that agree with their result."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from engine.decode.search import ContrastiveSession, SampledBeamSession
-from engine.records import PRUNED, RUNNING, BeamEvent, Step
+from engine.decode.search import SampledBeamSession
+from engine.records import RUNNING, BeamEvent
 from engine.sampling.settings import SamplerSettings
 from tiny_models import FACTORIES
 
@@ -46,60 +45,6 @@ def test_sampled_beam_differs_by_seed_and_streams_its_tree():
         assert [st.token_id for st in s.history] == s.result.token_ids
         runs.append(tuple(s.result.token_ids))
     assert len(set(runs)) > 1
-
-
-def contrastive_by_hand(model, prompt, alpha, k, n):
-    """The rule with a full forward pass per candidate, no cache."""
-    ids = list(prompt)
-    for _ in range(n):
-        out = model(torch.tensor([ids]), output_hidden_states=True)
-        context = F.normalize(out.hidden_states[-1][0], dim=-1)  # [S, H]
-        probs = out.logits[0, -1].softmax(-1)
-        top_p, top_ids = torch.topk(probs, k)
-        scores = []
-        for p, c in zip(top_p.tolist(), top_ids.tolist(), strict=True):
-            h = model(torch.tensor([ids + [c]]), output_hidden_states=True).hidden_states[-1][0, -1]
-            degeneration = (context @ F.normalize(h, dim=-1)).max().item()
-            scores.append((1 - alpha) * p - alpha * degeneration)
-        ids.append(top_ids[scores.index(max(scores))].item())
-    return ids[len(prompt) :]
-
-
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
-@pytest.mark.parametrize("alpha, k", [(0.6, 4), (0.3, 6), (0.9, 3)])
-@torch.no_grad()
-def test_contrastive_equals_the_rule(name, alpha, k):
-    model = FACTORIES[name]()
-    session = ContrastiveSession(
-        model, PROMPT, SamplerSettings(max_new_tokens=10), penalty_alpha=alpha, top_k=k,
-        eos_token_ids=[],
-    )  # fmt: skip
-    records = list(session.stream())
-    assert session.generated_ids == contrastive_by_hand(model, PROMPT, alpha, k, 10)
-    assert session.forward_passes == 11  # the prompt, then one pass over k candidates a token
-    events = [r for r in records if isinstance(r, BeamEvent)]
-    steps = [r for r in records if isinstance(r, Step)]
-    assert len(events) == len(steps) == 10
-    for event, step in zip(events, steps, strict=True):
-        chosen = [n for n in event.nodes if n.status == RUNNING]
-        assert [n.token_id for n in chosen] == [step.token_id]
-        assert len(event.nodes) == k and sum(n.status == PRUNED for n in event.nodes) == k - 1
-        assert max(event.nodes, key=lambda n: n.score).token_id == step.token_id
-        assert step.stage_notes[-1].text.startswith("chose")
-
-
-@torch.no_grad()
-def test_contrastive_alpha_zero_is_greedy():
-    model = FACTORIES["llama"]()
-    session = ContrastiveSession(
-        model, PROMPT, SamplerSettings(max_new_tokens=8), penalty_alpha=0.0, eos_token_ids=[]
-    )
-    list(session.stream())
-    greedy = model.generate(
-        torch.tensor([PROMPT]), do_sample=False, max_new_tokens=8, eos_token_id=None,
-        pad_token_id=0,
-    )[0, len(PROMPT):].tolist()  # fmt: skip
-    assert session.generated_ids == greedy
 
 
 # -- diverse (group) beam search -------------------------------------------------------------
@@ -197,3 +142,27 @@ def test_group_beam_penalty_makes_groups_differ():
         firsts[penalty] = [nd.token_id for nd in first.nodes if nd.status == RUNNING]
     assert len(set(firsts[0.0])) == 1  # four identical groups pick the same first token
     assert len(set(firsts[50.0])) == 4  # a large penalty: every group a different one
+
+
+@pytest.mark.parametrize("name", ["llama", "t5"])
+@pytest.mark.parametrize("eos", [[], [34, 52]])
+@torch.no_grad()
+def test_plain_beam_is_group_beam_with_one_group(name, eos):
+    """One loop runs both: one group (whatever its diversity penalty) gives the same
+    hypotheses, scores and tree, node for node, as plain beam search."""
+    from engine.decode.beam import BeamSession
+    from engine.decode.search import GroupBeamSession
+
+    model = FACTORIES[name]()
+    settings = SamplerSettings(max_new_tokens=10, no_repeat_ngram_size=3)
+    plain = BeamSession(model, PROMPT, settings, num_beams=4, eos_token_ids=eos)
+    group = GroupBeamSession(
+        model, PROMPT, settings, num_beams=4, num_beam_groups=1, diversity_penalty=5.0,
+        eos_token_ids=eos,
+    )  # fmt: skip
+    trees = [[r for r in s.stream() if isinstance(r, BeamEvent)] for s in (plain, group)]
+    a, b = plain.result.hypotheses, group.result.hypotheses
+    assert len(a) == 4 and [h.token_ids for h in a] == [h.token_ids for h in b]
+    assert [h.score for h in a] == [h.score for h in b]
+    assert trees[0] == trees[1]
+    assert [s.token_id for s in plain.history] == [s.token_id for s in group.history]
