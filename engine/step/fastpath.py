@@ -384,16 +384,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, onednn: bool) -> torch.Tensor:
     return _script().linear(x, w, onednn)
 
 
-# bfloat16 weights reordered for oneDNN, per model: {model: (key, packed weights)}
-_PACKED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[int, ...], list[torch.Tensor]]]
-_PACKED = weakref.WeakKeyDictionary()
-
-
-def _cpu_kernel(
-    model: torch.nn.Module, weights: list[torch.Tensor]
-) -> tuple[bool, list[torch.Tensor]]:
-    """Whether to use oneDNN, and the weights the matrix products take, for these weights of
-    ``model``."""
+def _cpu_kernel(weights: list[torch.Tensor]) -> tuple[bool, list[torch.Tensor]]:
+    """Whether to use oneDNN, and the weights the matrix products take (bfloat16 ones packed
+    into oneDNN's blocked layout; ``prepared`` caches the result per model)."""
     w0 = weights[0]
     if w0.device.type != "cpu" or w0.dtype not in (torch.float32, torch.bfloat16):
         return False, weights
@@ -403,14 +396,7 @@ def _cpu_kernel(
         if w0.dtype == torch.float32:
             ready = weights
         else:
-            key = tuple(w.data_ptr() for w in weights) + (len(weights),)
-            cached = _PACKED.get(model)
-            if cached is not None and cached[0] == key:
-                ready = cached[1]
-            else:
-                _PACKED.pop(model, None)  # drop stale copies before making new ones
-                ready = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in weights]
-                _PACKED[model] = (key, ready)
+            ready = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in weights]
         probe = torch.randn(3, w0.shape[1], dtype=w0.dtype)
         tol = 1e-3 if w0.dtype == torch.float32 else 2e-2
         got, want = linear(probe, ready[0], True), linear(probe, w0, False)
@@ -475,6 +461,58 @@ class Spec:
             attn_softcap=self.attn_softcap, final_softcap=self.final_softcap,
             window=self.window, onednn=onednn,
         )  # fmt: skip
+
+
+# The step's weights as prepared for one model, so that a second stepper on the same model
+# (a session restarted, a draft stepper, the bench) takes the same tensors instead of packing
+# the bfloat16 matrices again (a second copy of the model): {model: (key, prepared)}.
+_PACKED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[Any, ...], Prepared]]
+_PACKED = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class Prepared:
+    """The weights the step takes for one model: whether the matrix products go through
+    oneDNN, every layer's slots (matrices packed where oneDNN wants them) and the LM head."""
+
+    onednn: bool
+    layers: list[list[torch.Tensor]]
+    lm_head: torch.Tensor
+
+
+def _weights_key(layers: list[list[torch.Tensor]], lm_head: torch.Tensor) -> tuple[Any, ...]:
+    """What identifies the model's weights as they are now: a model moved to another dtype or
+    device, or re-fused, has new storage, so its old preparation no longer matches."""
+    tensors = [t for layer in layers for t in layer] + [lm_head]
+    where = tuple((t.data_ptr(), t.storage_offset(), tuple(t.shape), t.dtype) for t in tensors)
+    return (torch.backends.mkldnn.is_available(), *where)
+
+
+def prepared(
+    model: torch.nn.Module,
+    layers: list[list[torch.Tensor]],
+    lm_head: torch.Tensor,
+    slots: Sequence[int] = Spec.MATRIX_SLOTS,
+) -> Prepared:
+    """The step's weights for ``model`` (``slots`` of each layer and ``lm_head`` are the
+    matrix products), made once and reused while its weights stay put. The slots are the
+    cached tensor objects themselves (not new ``.data`` views), so every stepper on the model
+    shares them."""
+    key = _weights_key(layers, lm_head)
+    cached = _PACKED.get(model)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    _PACKED.pop(model, None)  # drop stale copies before making new ones
+    plain = [layer[s] for layer in layers for s in slots]
+    onednn, ready = _cpu_kernel(plain + [lm_head])
+    it = iter(ready)
+    layers = [list(layer) for layer in layers]
+    for layer in layers:
+        for s in slots:
+            layer[s] = next(it)
+    made = Prepared(onednn, layers, next(it))
+    _PACKED[model] = (key, made)
+    return made
 
 
 def _w(module: torch.nn.Module | None, name: str = "weight") -> torch.Tensor | None:
@@ -632,14 +670,9 @@ class FastStepper:
         self.max_len = min(max_len or spec.max_len, spec.max_len)
         with torch.no_grad():
             # the matrix products: oneDNN on CPU where it is available, x @ w.T elsewhere
-            plain = [layer[s] for layer in spec.layers for s in Spec.MATRIX_SLOTS]
-            self.onednn, ready = _cpu_kernel(model, plain + [spec.lm_head])
-            it = iter(ready)
-            self.layers = [list(layer) for layer in spec.layers]
-            for layer in self.layers:
-                for s in Spec.MATRIX_SLOTS:
-                    layer[s] = next(it)
-            self.lm_head = next(it)
+            ready = prepared(model, spec.layers, spec.lm_head)
+        self.onednn, self.lm_head = ready.onednn, ready.lm_head
+        self.layers = [list(layer) for layer in ready.layers]  # shared tensors, own lists
         self._args = spec.args(self.onednn) | {"layers": self.layers, "lm_head": self.lm_head}
         self._forward = _script().forward
         self.forward_passes = 0
