@@ -200,6 +200,43 @@ def _rope(inner: torch.nn.Module, cfg: Any, layer_types: list[str]) -> tuple[
     return freqs, scales, [kinds.index(k) for k in layer_types]
 
 
+def _windows(cfg: Any, layer_types: list[str]) -> tuple[list[bool], int]:
+    """Which layers attend through a sliding window, and its width (0: none does)."""
+    window = int(getattr(cfg, "sliding_window", None) or 0)
+    if cfg.model_type in ("mistral", "phi3"):  # one window for every layer, when set
+        sliding = [window > 0] * len(layer_types)
+    else:
+        sliding = [t == "sliding_attention" for t in layer_types]
+    return sliding, window if any(sliding) else 0
+
+
+def _decoder_slots(layer: torch.nn.Module, empty: torch.Tensor) -> list[torch.Tensor]:
+    """One Llama-shaped layer's weights in the step's slots (``empty`` where it has none)."""
+    att, mlp = layer.self_attn, layer.mlp
+    if hasattr(att, "qkv_proj"):  # Phi-3: already fused
+        qkv, qkv_b = att.qkv_proj.weight.data, _w(att.qkv_proj, "bias")
+    else:
+        qkv = _fused(att.q_proj.weight, att.k_proj.weight, att.v_proj.weight)
+        biases = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
+        qkv_b = _fused(*biases) if all(b is not None for b in biases) else None
+    if hasattr(mlp, "gate_up_proj"):
+        up = mlp.gate_up_proj.weight.data
+    else:
+        up = _fused(mlp.gate_proj.weight, mlp.up_proj.weight)
+    gemma = hasattr(layer, "pre_feedforward_layernorm")
+    pre_mlp = layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm
+    slots = [
+        _w(layer.input_layernorm), None, qkv, qkv_b,
+        _w(getattr(att, "q_norm", None)), _w(getattr(att, "k_norm", None)),
+        att.o_proj.weight.data, _w(att.o_proj, "bias"),
+        _w(layer.post_attention_layernorm) if gemma else None, None,
+        _w(pre_mlp), None,
+        _w(layer.post_feedforward_layernorm) if gemma else None, None,
+        up, None, mlp.down_proj.weight.data, None,
+    ]  # fmt: skip
+    return [empty if t is None else t for t in slots]
+
+
 def _decoder_spec(model: torch.nn.Module, norm_kind: int) -> Spec:
     """Llama-shaped decoders: ``model.model`` with embed_tokens, layers, norm, rotary_emb."""
     cfg = model.config
@@ -211,38 +248,8 @@ def _decoder_spec(model: torch.nn.Module, norm_kind: int) -> Spec:
     embed = inner.embed_tokens.weight.data
     empty = embed.new_empty(0)
     layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * n_layers)
-    window = int(getattr(cfg, "sliding_window", None) or 0)
-    if kind in ("mistral", "phi3"):  # one window for every layer, when set
-        sliding = [window > 0] * n_layers
-    else:
-        sliding = [t == "sliding_attention" for t in layer_types]
-    if not any(sliding):
-        window = 0
-    layers = []
-    for layer in inner.layers:
-        att, mlp = layer.self_attn, layer.mlp
-        if hasattr(att, "qkv_proj"):  # Phi-3: already fused
-            qkv, qkv_b = att.qkv_proj.weight.data, _w(att.qkv_proj, "bias")
-        else:
-            qkv = _fused(att.q_proj.weight, att.k_proj.weight, att.v_proj.weight)
-            biases = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
-            qkv_b = _fused(*biases) if all(b is not None for b in biases) else None
-        if hasattr(mlp, "gate_up_proj"):
-            up = mlp.gate_up_proj.weight.data
-        else:
-            up = _fused(mlp.gate_proj.weight, mlp.up_proj.weight)
-        gemma = hasattr(layer, "pre_feedforward_layernorm")
-        pre_mlp = layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm
-        slots = [
-            _w(layer.input_layernorm), None, qkv, qkv_b,
-            _w(getattr(att, "q_norm", None)), _w(getattr(att, "k_norm", None)),
-            att.o_proj.weight.data, _w(att.o_proj, "bias"),
-            _w(layer.post_attention_layernorm) if gemma else None, None,
-            _w(pre_mlp), None,
-            _w(layer.post_feedforward_layernorm) if gemma else None, None,
-            up, None, mlp.down_proj.weight.data, None,
-        ]  # fmt: skip
-        layers.append([empty if t is None else t for t in slots])
+    sliding, window = _windows(cfg, layer_types)
+    layers = [_decoder_slots(layer, empty) for layer in inner.layers]
     freqs, scales, rope_of = _rope(inner, cfg, layer_types)
     rot = 2 * freqs[0].shape[0]
     embed_scale = getattr(inner.embed_tokens, "embed_scale", None)
