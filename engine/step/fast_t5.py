@@ -34,9 +34,9 @@ from engine.errors import EmptyPromptError
 from engine.step.fastpath import (
     _LINEAR_SOURCE,
     FastPathUnsupported,
-    _cpu_kernel,
     _fused,
     has_onednn_linear,
+    prepared,
 )
 from engine.step.kvcache import StaticKV
 
@@ -262,15 +262,10 @@ class T5FastStepper:
                     wi,
                     dense.wo.weight.data,
                 ])  # fmt: skip
-            plain = [layer[s] for layer in layers for s in MATRIX_SLOTS]
             lm_head = model.get_output_embeddings().weight.data
-            self.onednn, ready = _cpu_kernel(model, plain + [lm_head])
-            it = iter(ready)
-            for layer in layers:
-                for s in MATRIX_SLOTS:
-                    layer[s] = next(it)
-            self.layers = layers
-            self.lm_head = next(it)
+            ready = prepared(model, layers, lm_head, MATRIX_SLOTS)
+            self.onednn, self.lm_head = ready.onednn, ready.lm_head
+            self.layers = [list(layer) for layer in ready.layers]  # shared tensors, own lists
         self._args: dict[str, Any] = dict(
             embed=embed.data, layers=self.layers, bias_table=self.bias_table,
             cross_k=self.cross_k, cross_v=self.cross_v,

@@ -7,9 +7,10 @@ matrix product each, keeps a preallocated KV cache written in place, computes th
 tables once per call, and calls scaled_dot_product_attention directly: ~15 ops per layer.
 
 The step is written once (``_FORWARD_SOURCE``); the families differ only in a small spec
-(``read_spec``): which norm (Llama's RMSNorm, Gemma's ``(1 + w)`` RMSNorm, LayerNorm), which
-activation, gated or plain MLP, q/k norms, biases, Gemma's extra norms, embedding scale,
-learned positions, soft-capping, sliding windows per layer, rotary tables per layer. Norms
+(``read_spec``, in ``engine.step.fast_spec``): which norm (Llama's RMSNorm, Gemma's
+``(1 + w)`` RMSNorm, LayerNorm), which activation, gated or plain MLP, q/k norms, biases,
+Gemma's extra norms, embedding scale, learned positions, soft-capping, sliding windows per
+layer, rotary tables per layer. Norms
 follow transformers (computed in float32 where transformers does), so the logits agree with
 ``model(...)`` to float rounding; tests compare both and ``transformers.generate``.
 
@@ -37,128 +38,23 @@ import threading
 import typing
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from engine.step.fast_spec import (  # noqa: F401 - re-exported: the fast path's public names
+    FAMILIES,
+    SUPPORTED,
+    FastPathUnsupported,
+    Spec,
+    _fused,
+    read_spec,
+    supports,
+)
 from engine.step.kvcache import StaticKV
 
 log = logging.getLogger(__name__)
-
-# model_type -> norm kind (the family's spec beyond what the modules themselves say)
-NORM_RMS, NORM_RMS_GEMMA, NORM_LAYER = 0, 1, 2
-FAMILIES = {
-    "llama": NORM_RMS,
-    "mistral": NORM_RMS,
-    "qwen2": NORM_RMS,
-    "qwen3": NORM_RMS,
-    "phi3": NORM_RMS,
-    "gemma2": NORM_RMS_GEMMA,
-    "gemma3_text": NORM_RMS_GEMMA,
-    "gpt2": NORM_LAYER,
-}
-SUPPORTED = tuple(FAMILIES)
-ACT_SILU, ACT_GELU_TANH, ACT_GELU = 0, 1, 2
-_ACTIVATIONS = {
-    "silu": ACT_SILU,
-    "swish": ACT_SILU,
-    "gelu_pytorch_tanh": ACT_GELU_TANH,
-    "gelu_new": ACT_GELU_TANH,
-    "gelu_fast": ACT_GELU_TANH,
-    "gelu": ACT_GELU,
-}
-# rotary types whose tables change at run time (transformers' dynamic_rope_update)
-_RUNTIME_ROPE = ("dynamic", "longrope")
-
-# per-layer weight slots (an empty tensor where a family has no such weight)
-(IN_W, IN_B, QKV_W, QKV_B, QN_W, KN_W, O_W, O_B, PA_W, PA_B, PF_W, PF_B, PFF_W, PFF_B,
- UP_W, UP_B, DOWN_W, DOWN_B) = range(18)  # fmt: skip
-N_SLOTS = 18
-
-
-class FastPathUnsupported(ValueError):
-    """The model is not a decoder this path knows how to run."""
-
-
-def _activation(cfg: Any) -> str:
-    return (
-        getattr(cfg, "hidden_activation", None)
-        or getattr(cfg, "hidden_act", None)
-        or getattr(cfg, "activation_function", None)
-        or "silu"
-    )
-
-
-def _rope_types(cfg: Any) -> list[str]:
-    params = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-    if not isinstance(params, dict):
-        return []
-    if "rope_type" in params or "type" in params:
-        return [params.get("rope_type", params.get("type", "default"))]
-    return [p.get("rope_type", "default") for p in params.values() if isinstance(p, dict)]
-
-
-def supports(model: torch.nn.Module) -> str | None:
-    """None if the fast path can run ``model``, else the reason it cannot (one line)."""
-    cfg = model.config
-    kind = getattr(cfg, "model_type", None)
-    if getattr(cfg, "is_encoder_decoder", False):
-        return "encoder-decoder model"
-    if kind not in FAMILIES:
-        return f"model type {kind!r} (fast path: {', '.join(SUPPORTED)})"
-    if getattr(cfg, "mlp_bias", False):
-        return "MLP bias terms"
-    if _activation(cfg) not in _ACTIVATIONS:
-        return f"activation {_activation(cfg)}"
-    for rope in _rope_types(cfg):
-        if rope in _RUNTIME_ROPE:
-            return f"rope type {rope} (its tables change at run time)"
-    if kind == "gpt2":
-        if getattr(cfg, "scale_attn_by_inverse_layer_idx", False) or not getattr(
-            cfg, "scale_attn_weights", True
-        ):
-            return "GPT-2 attention scaling variant"
-        if getattr(cfg, "add_cross_attention", False):
-            return "GPT-2 with cross-attention"
-    return None
-
-
-def _fused(*tensors: torch.Tensor) -> torch.Tensor:
-    """One tensor for several parameters that multiply the same input (weights stacked by
-    rows, or biases). The parameters become views into it, so the memory is shared with the
-    model, not copied; a model moved to another dtype or device afterwards gets fused again."""
-    base = tensors[0].data
-    storage = base.untyped_storage()
-    offset = base.storage_offset()
-    for t in tensors:  # already fused: consecutive views of one storage
-        if (
-            t.data.untyped_storage().data_ptr() != storage.data_ptr()
-            or t.data.storage_offset() != offset
-            or not t.data.is_contiguous()
-        ):
-            break
-        offset += t.numel()
-    else:
-        total = sum(t.shape[0] for t in tensors)
-        return base.as_strided((total, *base.shape[1:]), base.stride(), base.storage_offset())
-    fused = torch.cat([t.data for t in tensors])
-    row = 0
-    for t in tensors:
-        rows = t.shape[0]
-        t.data = fused[row : row + rows]
-        row += rows
-    return fused
-
-
-def _transposed(conv_weight: torch.nn.Parameter) -> torch.Tensor:
-    """GPT-2's Conv1D keeps its weight as [in, out]. Store it column-major instead (the model
-    computes the same ``x @ w``) so that ``w.t()``, the [out, in] matrix this path multiplies
-    by, is contiguous without a second copy of the weights."""
-    if not conv_weight.data.t().is_contiguous():
-        conv_weight.data = conv_weight.data.t().contiguous().t()
-    return conv_weight.data.t()
-
 
 # One forward pass over ``ids`` (TorchScript, or plain Python for torch.compile). ``number`` is
 # TorchScript's Scalar type, which the oneDNN op's argument list needs and which Python
@@ -384,16 +280,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, onednn: bool) -> torch.Tensor:
     return _script().linear(x, w, onednn)
 
 
-# bfloat16 weights reordered for oneDNN, per model: {model: (key, packed weights)}
-_PACKED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[int, ...], list[torch.Tensor]]]
-_PACKED = weakref.WeakKeyDictionary()
-
-
-def _cpu_kernel(
-    model: torch.nn.Module, weights: list[torch.Tensor]
-) -> tuple[bool, list[torch.Tensor]]:
-    """Whether to use oneDNN, and the weights the matrix products take, for these weights of
-    ``model``."""
+def _cpu_kernel(weights: list[torch.Tensor]) -> tuple[bool, list[torch.Tensor]]:
+    """Whether to use oneDNN, and the weights the matrix products take (bfloat16 ones packed
+    into oneDNN's blocked layout; ``prepared`` caches the result per model)."""
     w0 = weights[0]
     if w0.device.type != "cpu" or w0.dtype not in (torch.float32, torch.bfloat16):
         return False, weights
@@ -403,14 +292,7 @@ def _cpu_kernel(
         if w0.dtype == torch.float32:
             ready = weights
         else:
-            key = tuple(w.data_ptr() for w in weights) + (len(weights),)
-            cached = _PACKED.get(model)
-            if cached is not None and cached[0] == key:
-                ready = cached[1]
-            else:
-                _PACKED.pop(model, None)  # drop stale copies before making new ones
-                ready = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in weights]
-                _PACKED[model] = (key, ready)
+            ready = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in weights]
         probe = torch.randn(3, w0.shape[1], dtype=w0.dtype)
         tol = 1e-3 if w0.dtype == torch.float32 else 2e-2
         got, want = linear(probe, ready[0], True), linear(probe, w0, False)
@@ -421,201 +303,56 @@ def _cpu_kernel(
     return True, ready
 
 
+# The step's weights as prepared for one model, so that a second stepper on the same model
+# (a session restarted, a draft stepper, the bench) takes the same tensors instead of packing
+# the bfloat16 matrices again (a second copy of the model): {model: (key, prepared)}.
+_PACKED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[Any, ...], Prepared]]
+_PACKED = weakref.WeakKeyDictionary()
+
+
 @dataclass
-class Spec:
-    """What the step needs of one model: weights in the step's slots and the family's
-    switches. ``MATRIX_SLOTS`` of each layer and ``lm_head`` are the matrix products."""
+class Prepared:
+    """The weights the step takes for one model: whether the matrix products go through
+    oneDNN, every layer's slots (matrices packed where oneDNN wants them) and the LM head."""
 
-    embed: torch.Tensor
-    embed_scale: torch.Tensor  # empty: none (Gemma: sqrt(hidden) in the model dtype)
-    wpe: torch.Tensor  # empty: none (GPT-2: learned positions)
+    onednn: bool
     layers: list[list[torch.Tensor]]
-    sliding: list[bool]
-    rope_of: list[int]
-    final_w: torch.Tensor
-    final_b: torch.Tensor
     lm_head: torch.Tensor
-    inv_freqs: list[torch.Tensor]
-    rope_scales: list[float]
-    rot: int
-    n_heads: int
-    n_kv: int
-    head_dim: int
-    eps: float
-    norm_kind: int
-    act_kind: int
-    gated: bool
-    attn_scale: float
-    attn_softcap: float
-    final_softcap: float
-    window: int
-    max_len: int
-    family: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    MATRIX_SLOTS = (QKV_W, O_W, UP_W, DOWN_W)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.embed.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.embed.device
-
-    def args(self, onednn: bool) -> dict[str, Any]:
-        """The step's keyword arguments that stay the same from call to call."""
-        return dict(
-            embed=self.embed, embed_scale=self.embed_scale, wpe=self.wpe, layers=self.layers,
-            sliding=self.sliding, rope_of=self.rope_of, final_w=self.final_w,
-            final_b=self.final_b, lm_head=self.lm_head, inv_freqs=self.inv_freqs,
-            rope_scales=self.rope_scales, rot=self.rot, n_heads=self.n_heads, n_kv=self.n_kv,
-            head_dim=self.head_dim, eps=self.eps, norm_kind=self.norm_kind,
-            act_kind=self.act_kind, gated=self.gated, attn_scale=self.attn_scale,
-            attn_softcap=self.attn_softcap, final_softcap=self.final_softcap,
-            window=self.window, onednn=onednn,
-        )  # fmt: skip
 
 
-def _w(module: torch.nn.Module | None, name: str = "weight") -> torch.Tensor | None:
-    t = getattr(module, name, None) if module is not None else None
-    return t.data if isinstance(t, torch.Tensor) else None
+def _weights_key(layers: list[list[torch.Tensor]], lm_head: torch.Tensor) -> tuple[Any, ...]:
+    """What identifies the model's weights as they are now: a model moved to another dtype or
+    device, or re-fused, has new storage, so its old preparation no longer matches."""
+    tensors = [t for layer in layers for t in layer] + [lm_head]
+    where = tuple((t.data_ptr(), t.storage_offset(), tuple(t.shape), t.dtype) for t in tensors)
+    return (torch.backends.mkldnn.is_available(), *where)
 
 
-def _rope(inner: torch.nn.Module, cfg: Any, layer_types: list[str]) -> tuple[
-    list[torch.Tensor], list[float], list[int]
-]:  # fmt: skip
-    """Rotary tables as the model's own rotary module computed them (so llama3 / linear /
-    yarn scaling come for free), one per layer type where the model keeps several."""
-    rotary = inner.rotary_emb
-    if hasattr(rotary, "inv_freq"):
-        scale = float(getattr(rotary, "attention_scaling", 1.0))
-        return [rotary.inv_freq.float()], [scale], [0] * len(layer_types)
-    kinds = sorted(set(layer_types))
-    freqs = [getattr(rotary, f"{k}_inv_freq").float() for k in kinds]
-    scales = [float(getattr(rotary, f"{k}_attention_scaling", 1.0)) for k in kinds]
-    return freqs, scales, [kinds.index(k) for k in layer_types]
-
-
-def _decoder_spec(model: torch.nn.Module, norm_kind: int) -> Spec:
-    """Llama-shaped decoders: ``model.model`` with embed_tokens, layers, norm, rotary_emb."""
-    cfg = model.config
-    inner = model.model
-    kind = cfg.model_type
-    n_heads, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
-    n_layers = len(inner.layers)
-    embed = inner.embed_tokens.weight.data
-    empty = embed.new_empty(0)
-    layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * n_layers)
-    window = int(getattr(cfg, "sliding_window", None) or 0)
-    if kind in ("mistral", "phi3"):  # one window for every layer, when set
-        sliding = [window > 0] * n_layers
-    else:
-        sliding = [t == "sliding_attention" for t in layer_types]
-    if not any(sliding):
-        window = 0
-    layers = []
-    for layer in inner.layers:
-        att, mlp = layer.self_attn, layer.mlp
-        if hasattr(att, "qkv_proj"):  # Phi-3: already fused
-            qkv, qkv_b = att.qkv_proj.weight.data, _w(att.qkv_proj, "bias")
-        else:
-            qkv = _fused(att.q_proj.weight, att.k_proj.weight, att.v_proj.weight)
-            biases = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
-            qkv_b = _fused(*biases) if all(b is not None for b in biases) else None
-        if hasattr(mlp, "gate_up_proj"):
-            up = mlp.gate_up_proj.weight.data
-        else:
-            up = _fused(mlp.gate_proj.weight, mlp.up_proj.weight)
-        gemma = hasattr(layer, "pre_feedforward_layernorm")
-        pre_mlp = layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm
-        slots = [
-            _w(layer.input_layernorm), None, qkv, qkv_b,
-            _w(getattr(att, "q_norm", None)), _w(getattr(att, "k_norm", None)),
-            att.o_proj.weight.data, _w(att.o_proj, "bias"),
-            _w(layer.post_attention_layernorm) if gemma else None, None,
-            _w(pre_mlp), None,
-            _w(layer.post_feedforward_layernorm) if gemma else None, None,
-            up, None, mlp.down_proj.weight.data, None,
-        ]  # fmt: skip
-        layers.append([empty if t is None else t for t in slots])
-    freqs, scales, rope_of = _rope(inner, cfg, layer_types)
-    rot = 2 * freqs[0].shape[0]
-    embed_scale = getattr(inner.embed_tokens, "embed_scale", None)
-    scalar = getattr(cfg, "query_pre_attn_scalar", None)
-    return Spec(
-        embed=embed,
-        embed_scale=empty if embed_scale is None else embed_scale.to(embed.dtype).reshape(()),
-        wpe=empty,
-        layers=layers,
-        sliding=sliding,
-        rope_of=rope_of,
-        final_w=inner.norm.weight.data,
-        final_b=empty,
-        lm_head=model.get_output_embeddings().weight.data,
-        inv_freqs=[f.to(embed.device) for f in freqs],
-        rope_scales=scales,
-        rot=rot,
-        n_heads=n_heads,
-        n_kv=n_kv,
-        head_dim=head_dim,
-        eps=float(cfg.rms_norm_eps),
-        norm_kind=norm_kind,
-        act_kind=_ACTIVATIONS[_activation(cfg)],
-        gated=True,
-        attn_scale=float(scalar) ** -0.5 if scalar else head_dim**-0.5,
-        attn_softcap=float(getattr(cfg, "attn_logit_softcapping", None) or 0.0),
-        final_softcap=float(getattr(cfg, "final_logit_softcapping", None) or 0.0),
-        window=window,
-        max_len=int(cfg.max_position_embeddings),
-        family=kind,
-    )
-
-
-def _gpt2_spec(model: torch.nn.Module) -> Spec:
-    """GPT-2: learned positions, LayerNorm with bias, Conv1D weights ([in, out]), gelu_new,
-    tied head, no rotary."""
-    cfg = model.config
-    tr = model.transformer
-    embed = tr.wte.weight.data
-    empty = embed.new_empty(0)
-    layers = []
-    for block in tr.h:
-        att, mlp = block.attn, block.mlp
-        slots = [
-            block.ln_1.weight.data, block.ln_1.bias.data,
-            _transposed(att.c_attn.weight), att.c_attn.bias.data, empty, empty,
-            _transposed(att.c_proj.weight), att.c_proj.bias.data, empty, empty,
-            block.ln_2.weight.data, block.ln_2.bias.data, empty, empty,
-            _transposed(mlp.c_fc.weight), mlp.c_fc.bias.data,
-            _transposed(mlp.c_proj.weight), mlp.c_proj.bias.data,
-        ]  # fmt: skip
-        layers.append(slots)
-    n_heads = cfg.n_head
-    head_dim = cfg.n_embd // n_heads
-    return Spec(
-        embed=embed, embed_scale=empty, wpe=tr.wpe.weight.data, layers=layers,
-        sliding=[False] * len(layers), rope_of=[0] * len(layers), final_w=tr.ln_f.weight.data,
-        final_b=tr.ln_f.bias.data, lm_head=model.get_output_embeddings().weight.data,
-        inv_freqs=[], rope_scales=[], rot=head_dim, n_heads=n_heads, n_kv=n_heads,
-        head_dim=head_dim, eps=float(cfg.layer_norm_epsilon), norm_kind=NORM_LAYER,
-        act_kind=_ACTIVATIONS[_activation(cfg)], gated=False, attn_scale=head_dim**-0.5,
-        attn_softcap=0.0, final_softcap=0.0, window=0, max_len=int(cfg.n_positions),
-        family="gpt2",
-    )  # fmt: skip
-
-
-def read_spec(model: torch.nn.Module) -> Spec:
-    """The step's weights and switches for ``model`` (raises FastPathUnsupported)."""
-    reason = supports(model)
-    if reason is not None:
-        raise FastPathUnsupported(f"The fast path does not support this model: {reason}")
-    kind = model.config.model_type
-    with torch.no_grad():
-        if kind == "gpt2":
-            return _gpt2_spec(model)
-        return _decoder_spec(model, FAMILIES[kind])
+def prepared(
+    model: torch.nn.Module,
+    layers: list[list[torch.Tensor]],
+    lm_head: torch.Tensor,
+    slots: Sequence[int] = Spec.MATRIX_SLOTS,
+) -> Prepared:
+    """The step's weights for ``model`` (``slots`` of each layer and ``lm_head`` are the
+    matrix products), made once and reused while its weights stay put. The slots are the
+    cached tensor objects themselves (not new ``.data`` views), so every stepper on the model
+    shares them."""
+    key = _weights_key(layers, lm_head)
+    cached = _PACKED.get(model)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    _PACKED.pop(model, None)  # drop stale copies before making new ones
+    plain = [layer[s] for layer in layers for s in slots]
+    onednn, ready = _cpu_kernel(plain + [lm_head])
+    it = iter(ready)
+    layers = [list(layer) for layer in layers]
+    for layer in layers:
+        for s in slots:
+            layer[s] = next(it)
+    made = Prepared(onednn, layers, next(it))
+    _PACKED[model] = (key, made)
+    return made
 
 
 class FastStepper:
@@ -632,14 +369,9 @@ class FastStepper:
         self.max_len = min(max_len or spec.max_len, spec.max_len)
         with torch.no_grad():
             # the matrix products: oneDNN on CPU where it is available, x @ w.T elsewhere
-            plain = [layer[s] for layer in spec.layers for s in Spec.MATRIX_SLOTS]
-            self.onednn, ready = _cpu_kernel(model, plain + [spec.lm_head])
-            it = iter(ready)
-            self.layers = [list(layer) for layer in spec.layers]
-            for layer in self.layers:
-                for s in Spec.MATRIX_SLOTS:
-                    layer[s] = next(it)
-            self.lm_head = next(it)
+            ready = prepared(model, spec.layers, spec.lm_head)
+        self.onednn, self.lm_head = ready.onednn, ready.lm_head
+        self.layers = [list(layer) for layer in ready.layers]  # shared tensors, own lists
         self._args = spec.args(self.onednn) | {"layers": self.layers, "lm_head": self.lm_head}
         self._forward = _script().forward
         self.forward_passes = 0
