@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from gui.widgets.beam_tree import BeamTreePanel, BeamTreeView
 from gui.widgets.compare_view import CompareView
+from gui.widgets.fitting import ElidedLabel, OneLineLabel
 from gui.widgets.method_panel import MethodPanel
 from gui.widgets.plots import DistributionPlot, SeriesPlot, step_summary
 from gui.widgets.sampler_panel import SamplerPanel
@@ -57,9 +58,10 @@ class ControlsColumn(QScrollArea):
                 QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
             )
             combo.setMinimumContentsLength(4)
-        # In a narrow window a field goes below its label instead of widening the column.
         for form in inner.findChildren(QFormLayout):
-            form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+            # Each label above its field: the sliders and combo boxes get the column's whole
+            # width (beside their labels the sliders were ~25 px stubs at 1280x720).
+            form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
         self.setWidget(inner)
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -76,10 +78,7 @@ class StatusArea:
         self.busy.hide()
         # Long messages must never widen the window: the label shrinks and elides; messages may
         # quote <special> tokens, so they are plain text.
-        self.text = _shrinkable(QLabel(""))
-        self.text.setWordWrap(False)
-        self.text.setTextFormat(Qt.TextFormat.PlainText)
-        self.text.setMinimumWidth(1)
+        self.text = ElidedLabel("")
         self.rate = QLabel("")
         self.rate.setContentsMargins(16, 0, 4, 0)  # apart from the message beside it
         bar.addWidget(self.model)
@@ -170,9 +169,9 @@ class DistributionBox(QWidget):
         row.addWidget(self.top_n_label)
         row.addWidget(self.top_n)
         layout.addLayout(row)
-        self.key = _shrinkable(QLabel(self.plot.legend_html()))
+        self.key = OneLineLabel()  # one line: two would take rows from the plot
+        self.key.set_versions(self.plot.legend_versions())
         self.key.setObjectName("dist_key")
-        self.key.setTextFormat(Qt.TextFormat.RichText)
         layout.addWidget(self.info)
         layout.addWidget(self.key)
         layout.addWidget(self.plot, 1)

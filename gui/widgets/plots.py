@@ -35,6 +35,11 @@ def pct(p: float) -> str:
     return f"{p:.1%}" if p < 0.095 else f"{p:.0%}"
 
 
+def bits(entropy: float) -> str:
+    """An entropy to two decimals; rounding noise below zero reads "0.00", never "-0.00"."""
+    return f"{max(0.0, entropy):.2f}"
+
+
 def value_text(c: Candidate) -> str:
     """A bar's label: its probability, before → after the sampler when they differ."""
     if c.prob <= 0:
@@ -64,6 +69,7 @@ class DistributionPlot(pg.PlotWidget):
         self.marks: dict[int, str] = {}  # token id -> a class's guess that named it
         self.cut_note = ""
         self.rows: list[tuple[float, Candidate, int]] = []  # (y, candidate, rank) per bar row
+        self.shown_n = 0  # ranked rows shown: top_n, or fewer when their labels would not fit
         self._x_upper = 1.0
         self._points = 11
         self._tick_font = QFont()
@@ -142,20 +148,26 @@ class DistributionPlot(pg.PlotWidget):
         if step is not None:  # the room for labels and how many fit depend on the size
             self.set_step(step)
 
-    def legend_html(self) -> str:
-        """The key, drawn outside the plot by whoever holds it."""
+    def legend_html(self, short: int = 0) -> str:
+        """The key, drawn outside the plot by whoever holds it; ``short`` 1 and 2 drop words
+        and then the rarer marks, so that it fits on one line in a narrow plot."""
         t = self.theme
 
-        def chip(color: str, text: str, pattern: bool = False) -> str:
-            swatch = "▨" if pattern else "■"
+        def chip(color: str, text: str, swatch: str = "■") -> str:
             return f"<span style='color:{color}'>{swatch}</span>&nbsp;{text}"
 
-        return " &nbsp; ".join((
-            chip(t.raw_bar, "model"), chip(t.kept_bar, "after sampler"),
-            chip(t.cut_bar, "cut", True), f"<span style='color:{t.chosen}'>□</span>&nbsp;chosen",
-            f"<span style='color:{CUT_MARK}'>┅</span>&nbsp;cut-off",
-            f"<span style='color:{t.chosen}'>◇</span>&nbsp;before a penalty",
-        ))  # fmt: skip
+        chips = [
+            chip(t.raw_bar, "model"), chip(t.kept_bar, "after sampler" if short < 2 else "sampler"),
+            chip(t.cut_bar, "cut", "▨"), chip(t.chosen, "chosen", "□"),
+            chip(CUT_MARK, "cut-off", "┅"),
+            chip(t.chosen, "before a penalty" if short == 0 else "penalised", "◇"),
+        ]  # fmt: skip
+        if short >= 2:
+            chips = chips[:4]
+        return " &nbsp; ".join(chips)
+
+    def legend_versions(self) -> tuple[str, ...]:
+        return tuple(self.legend_html(n) for n in (0, 1, 2))
 
     # -- drawing -------------------------------------------------------------------------------
 
@@ -206,7 +218,7 @@ class DistributionPlot(pg.PlotWidget):
             self._x_upper = upper
             self.setXRange(0, upper, padding=0.02)
         self._x_ticks(upper)
-        shown = min(self.top_n, len(step.candidates))
+        shown = self.shown_n
         self._mark_cut(step, cut[:shown], upper)
         outside = len(self.rows) > shown
         self.gap_line.setPos(shown - 0.05 + 0.25)
@@ -233,11 +245,25 @@ class DistributionPlot(pg.PlotWidget):
         # plot and paints it again (and a steady axis is easier to read on a projector).
         if needed > axis.width() or needed < axis.width() - 60:
             axis.setWidth(needed)
-        last = shown + 1.15 if outside else max(shown, self.top_n) - 0.4
+        last = shown + 1.15 if outside else max(shown, min(self.top_n, self._fit())) - 0.4
         self.setYRange(-0.6, last, padding=0)
 
+    def _fit(self) -> int:
+        """How many rows' labels fit one above the other at this height and font (at least 5:
+        the likely tokens are always labelled; fewer rows are shown rather than bare bars)."""
+        height = self.getPlotItem().getViewBox().height()
+        line = QFontMetrics(self._tick_font).height() * 1.05
+        return max(5, int(height // line)) if height > 1 else self.top_n
+
     def _rows(self, step: Step) -> list[tuple[float, Candidate, int]]:
-        cands = step.candidates[: self.top_n]
+        room = self._fit()
+        n = min(self.top_n, room)
+        if step.token_id not in {c.token_id for c in step.candidates[:n]} and n >= room:
+            n = max(1, room - 1)  # room for the chosen token's own row below the gap
+        if getattr(step, "other_p", None) is not None and n >= room:
+            n = max(1, n - 1)  # and for the served model's "all other tokens"
+        self.shown_n = min(n, len(step.candidates))
+        cands = step.candidates[:n]
         rows = [(float(i), c, i + 1) for i, c in enumerate(cands)]
         if step.token_id not in {c.token_id for c in cands}:
             # the chosen token ranks below the shown ones: its own row, below a gap
@@ -276,10 +302,13 @@ class DistributionPlot(pg.PlotWidget):
             self.getPlotItem().getAxis("bottom").setTicks([ticks])
 
     def _labelled(self, k: int, every: int, c: Candidate) -> bool:
-        """Row ``k`` gets its labels: every ``every``-th row, the chosen token's, a guessed one."""
+        """Row ``k`` gets its labels: the top 5, every ``every``-th row, the chosen token's, a
+        guessed one (``_rows`` shows only as many rows as fit, so ``every`` is 1 but for a
+        plot too short for 5 rows)."""
         step = self.step
         chosen = step is not None and c.token_id == step.token_id
-        return k % every == 0 or chosen or c.token_id in self.marks or c.token_id == OTHER_ID
+        return (k < 5 or k % every == 0 or chosen or c.token_id in self.marks
+                or c.token_id == OTHER_ID)  # fmt: skip
 
     def _label_every(self, rows: int) -> int:
         """Label every row when the labels fit, else every 2nd, 5th, ... (a pile is unreadable)."""
@@ -460,7 +489,7 @@ def step_summary(step: Step | None, compact: bool = False) -> str:
         f"<b>Step {step.index + 1}</b>: chose "
         f"<code>'{html.escape(_short(step.token_str, 24))}'</code> "
         f"({step.raw_prob:.0%} → {step.prob:.0%} after the sampler) · entropy "
-        f"{step.entropy_raw:.2f} → {step.entropy:.2f} bits · {survivors}{notes}"
+        f"{bits(step.entropy_raw)} → {bits(step.entropy)} bits · {survivors}{notes}"
     )
 
 
