@@ -90,7 +90,8 @@ class StatusArea:
 class PromptBox(QGroupBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.label = _shrinkable(QLabel("Prompt"))
+        self.label = OneLineLabel()  # beside the chat box: shortens rather than wrap and clip
+        self.label.set_versions(("<b>Prompt</b>",))
         self.editor = QPlainTextEdit()
         self.editor.setObjectName("prompt")
         self.editor.setPlaceholderText("Type a prompt, then press Generate (Ctrl+Enter).")
@@ -109,11 +110,13 @@ class PromptBox(QGroupBox):
         return self.chat_template.isChecked() if self.chat_template.isEnabled() else False
 
     def describe_model(self, encoder_decoder: bool, has_chat_template: bool) -> None:
-        self.label.setText(
-            "<b>Encoder input</b>, read once; the decoder writes the output below."
+        self.label.set_versions(
+            ("<b>Encoder input</b>, read once; the decoder writes the output below.",
+             "<b>Encoder input</b>, read once", "<b>Encoder input</b>")
             if encoder_decoder
-            else "<b>Prompt</b>: the model continues this text."
-        )
+            else ("<b>Prompt</b>: the model continues this text.", "<b>Prompt</b>: continued",
+                  "<b>Prompt</b>")
+        )  # fmt: skip
         self.chat_template.setEnabled(has_chat_template)
         self.chat_template.setChecked(has_chat_template)
         self.chat_template.setVisible(has_chat_template)  # room for the label when unused

@@ -53,6 +53,11 @@ def clipped(window: MainWindow) -> list[str]:
     for w in window.findChildren(QWidget):
         if not w.isVisibleTo(window) or not isinstance(w, (QLabel, QAbstractButton, QComboBox)):
             continue
+        if isinstance(w, QLabel) and w.wordWrap() and w.text():
+            need = w.heightForWidth(w.contentsRect().width())  # wrapped: clipped at the bottom?
+            if need > w.contentsRect().height() + 1:
+                out.append(f"QLabel {w.text()[:40]!r}: {need} px high > {w.height()}")
+            continue
         text = text_of(w)
         if not text or "\n" in text:
             continue
