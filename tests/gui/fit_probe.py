@@ -139,10 +139,13 @@ def main() -> None:
         else [t for _y, t in ticks]
     )
     legend = w.plots.dist_box.key
+    # the sliders on screen: the side panel's, or the presentation view's strip
+    knobs = w.strip.rows if view == "presentation" else w.sampler.rows
+    assert all(knobs[k].slider.isVisibleTo(w) for k in SLIDERS), "the sliders are not shown"
     result = {
         "window": [w.width(), w.height()],
         "screen": [w.screen().size().width(), w.screen().size().height()],
-        "tracks": {k: w.sampler.rows[k].slider.width() for k in SLIDERS},
+        "tracks": {k: knobs[k].slider.width() for k in SLIDERS},
         "rows": len(ticks),
         "labelled": sum(1 for t in top if t),
         "checked": len(top),
