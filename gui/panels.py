@@ -27,8 +27,10 @@ from gui.widgets.beam_tree import BeamTreePanel, BeamTreeView
 from gui.widgets.compare_view import CompareView
 from gui.widgets.fitting import ElidedLabel, OneLineLabel
 from gui.widgets.method_panel import MethodPanel
-from gui.widgets.plots import DistributionPlot, SeriesPlot, step_summary
+from gui.widgets.plots import DistributionPlot
 from gui.widgets.sampler_panel import SamplerPanel
+from gui.widgets.series_plot import SeriesPlot
+from gui.widgets.step_text import step_summary
 from gui.widgets.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
 
 

@@ -14,7 +14,7 @@ from gui.panels import OutputBox, PlotArea
 from gui.store import Change, RunStore
 from gui.theme import BUCKET_LABELS, CUT_MARK, Theme
 from gui.widgets.method_panel import MethodPanel
-from gui.widgets.plots import bits, step_summary
+from gui.widgets.step_text import bits, step_summary
 from gui.widgets.token_pane import COLOR_BY_RANK
 
 DIST_EVERY = 3  # while generating: the distribution plot at 10 Hz (text stays at 30 Hz)

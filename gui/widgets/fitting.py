@@ -29,8 +29,14 @@ class ElidedLabel(QLabel):
         self._full = ""
         self.setText(text)
 
+    def text(self) -> str:  # the whole message, as set (what is drawn: shown_text)
+        return self._full
+
     def full_text(self) -> str:
         return self._full
+
+    def shown_text(self) -> str:
+        return super().text()
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt override
         self._full = text

@@ -38,8 +38,10 @@ def wait(app: QApplication, until, seconds: float) -> bool:
 
 
 def text_of(w: QWidget) -> str:
-    if isinstance(w, QComboBox):  # what is drawn: an eliding combo draws less than it holds
-        return w.shown_text() if hasattr(w, "shown_text") else w.currentText()
+    if hasattr(w, "shown_text"):  # what is drawn: an eliding widget draws less than it holds
+        return w.shown_text()
+    if isinstance(w, QComboBox):
+        return w.currentText()
     if isinstance(w, QLabel) and w.textFormat() != Qt.TextFormat.RichText and "<" not in w.text():
         return w.text() if not w.wordWrap() else ""
     if isinstance(w, QAbstractButton):

@@ -299,7 +299,7 @@ def test_stop_during_load_keeps_the_previous_model(qtbot, window, tiny_dir, tiny
 
 def test_step_summary_escapes_special_tokens():
     from engine.records import Step
-    from gui.widgets.plots import step_summary
+    from gui.widgets.step_text import step_summary
 
     step = Step(
         index=0,
