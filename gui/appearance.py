@@ -24,7 +24,7 @@ def apply_theme(w: MainWindow, name: str) -> None:
     w.pane.set_theme(w.theme)
     for plot in (w.dist, w.plots.speed, w.plots.entropy, w.beam_tree):
         plot.set_theme(w.theme)
-    w.plots.dist_box.key.setText(w.dist.legend_html())
+    w.plots.dist_box.key.set_versions(w.dist.legend_versions())
     w.views.update_legend(w.theme)
 
 

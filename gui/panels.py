@@ -25,9 +25,12 @@ from PySide6.QtWidgets import (
 
 from gui.widgets.beam_tree import BeamTreePanel, BeamTreeView
 from gui.widgets.compare_view import CompareView
+from gui.widgets.fitting import ElidedLabel, OneLineLabel
 from gui.widgets.method_panel import MethodPanel
-from gui.widgets.plots import DistributionPlot, SeriesPlot, step_summary
+from gui.widgets.plots import DistributionPlot
 from gui.widgets.sampler_panel import SamplerPanel
+from gui.widgets.series_plot import SeriesPlot
+from gui.widgets.step_text import step_summary
 from gui.widgets.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
 
 
@@ -57,9 +60,10 @@ class ControlsColumn(QScrollArea):
                 QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
             )
             combo.setMinimumContentsLength(4)
-        # In a narrow window a field goes below its label instead of widening the column.
         for form in inner.findChildren(QFormLayout):
-            form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+            # Each label above its field: the sliders and combo boxes get the column's whole
+            # width (beside their labels the sliders were ~25 px stubs at 1280x720).
+            form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
         self.setWidget(inner)
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -76,10 +80,7 @@ class StatusArea:
         self.busy.hide()
         # Long messages must never widen the window: the label shrinks and elides; messages may
         # quote <special> tokens, so they are plain text.
-        self.text = _shrinkable(QLabel(""))
-        self.text.setWordWrap(False)
-        self.text.setTextFormat(Qt.TextFormat.PlainText)
-        self.text.setMinimumWidth(1)
+        self.text = ElidedLabel("")
         self.rate = QLabel("")
         self.rate.setContentsMargins(16, 0, 4, 0)  # apart from the message beside it
         bar.addWidget(self.model)
@@ -91,7 +92,8 @@ class StatusArea:
 class PromptBox(QGroupBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.label = _shrinkable(QLabel("Prompt"))
+        self.label = OneLineLabel()  # beside the chat box: shortens rather than wrap and clip
+        self.label.set_versions(("<b>Prompt</b>",))
         self.editor = QPlainTextEdit()
         self.editor.setObjectName("prompt")
         self.editor.setPlaceholderText("Type a prompt, then press Generate (Ctrl+Enter).")
@@ -110,11 +112,13 @@ class PromptBox(QGroupBox):
         return self.chat_template.isChecked() if self.chat_template.isEnabled() else False
 
     def describe_model(self, encoder_decoder: bool, has_chat_template: bool) -> None:
-        self.label.setText(
-            "<b>Encoder input</b>, read once; the decoder writes the output below."
+        self.label.set_versions(
+            ("<b>Encoder input</b>, read once; the decoder writes the output below.",
+             "<b>Encoder input</b>, read once", "<b>Encoder input</b>")
             if encoder_decoder
-            else "<b>Prompt</b>: the model continues this text."
-        )
+            else ("<b>Prompt</b>: the model continues this text.", "<b>Prompt</b>: continued",
+                  "<b>Prompt</b>")
+        )  # fmt: skip
         self.chat_template.setEnabled(has_chat_template)
         self.chat_template.setChecked(has_chat_template)
         self.chat_template.setVisible(has_chat_template)  # room for the label when unused
@@ -170,9 +174,9 @@ class DistributionBox(QWidget):
         row.addWidget(self.top_n_label)
         row.addWidget(self.top_n)
         layout.addLayout(row)
-        self.key = _shrinkable(QLabel(self.plot.legend_html()))
+        self.key = OneLineLabel()  # one line: two would take rows from the plot
+        self.key.set_versions(self.plot.legend_versions())
         self.key.setObjectName("dist_key")
-        self.key.setTextFormat(Qt.TextFormat.RichText)
         layout.addWidget(self.info)
         layout.addWidget(self.key)
         layout.addWidget(self.plot, 1)

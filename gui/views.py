@@ -14,7 +14,7 @@ from gui.panels import OutputBox, PlotArea
 from gui.store import Change, RunStore
 from gui.theme import BUCKET_LABELS, CUT_MARK, Theme
 from gui.widgets.method_panel import MethodPanel
-from gui.widgets.plots import step_summary
+from gui.widgets.step_text import bits, step_summary
 from gui.widgets.token_pane import COLOR_BY_RANK
 
 DIST_EVERY = 3  # while generating: the distribution plot at 10 Hz (text stays at 30 Hz)
@@ -144,7 +144,7 @@ class RunView:
         )
         entropy.set_series(
             x, {"model": series["h_raw"], "after sampler": series["h"]},
-            f"{last.entropy_raw:.2f} bits ≈ {choices(last.entropy_raw)}",
+            f"{bits(last.entropy_raw)} bits ≈ {choices(last.entropy_raw)}",
         )  # fmt: skip
         marker = self.selected + 1 if self.selected is not None else None
         speed.mark(marker)

@@ -27,6 +27,7 @@ from engine.records import (
     SPEC_NGRAM,
 )
 from engine.sampling.help import tooltip
+from gui.widgets.fitting import ElidedCombo
 
 
 class MethodPanel(QGroupBox):
@@ -36,7 +37,7 @@ class MethodPanel(QGroupBox):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Method", parent)
         form = QFormLayout(self)
-        self.method = QComboBox()
+        self.method = ElidedCombo()
         self.method.setObjectName("method")
         for key, title in RUN_METHODS.items():
             self.method.addItem(title, key)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtWidgets import QComboBox, QFileDialog, QInputDialog, QWidget
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QWidget
 
 from engine.models.catalog import BUNDLED
+from gui.widgets.fitting import ElidedCombo
 from gui.widgets.served_dialog import parse_served, served_title
 
 OPEN_FOLDER, OPEN_GGUF, OPEN_HUB = "action:folder", "action:gguf", "action:hub"
@@ -13,7 +14,7 @@ OPEN_SERVED = "action:served"
 MAX_RECENTS = 8
 
 
-class ModelPicker(QComboBox):
+class ModelPicker(ElidedCombo):
     """Emits ``source_chosen`` with a bundled name, a path or a hub id."""
 
     source_chosen = Signal(str)

@@ -13,35 +13,13 @@ from PySide6.QtWidgets import QToolTip, QWidget
 
 from engine.records import Candidate, Step
 from gui.theme import CUT_MARK, LIGHT, Theme
+from gui.widgets.series_plot import style_axes, tick_font
+from gui.widgets.step_text import pct, short, value_text
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
 
 
 X_LIMITS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)  # the probability axis ends at one of these
-
-
-def _short(text: str, limit: int = 14) -> str:
-    shown = repr(text)[1:-1]  # escapes newlines and tabs, keeps spaces
-    shown = shown.replace(" ", "␣")
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
-
-
-def pct(p: float) -> str:
-    """A probability as a person reads it: 31%, 4.2%, 0.3%, <0.1%."""
-    if p <= 0:
-        return "0%"
-    if p < 0.001:
-        return "<0.1%"
-    return f"{p:.1%}" if p < 0.095 else f"{p:.0%}"
-
-
-def value_text(c: Candidate) -> str:
-    """A bar's label: its probability, before → after the sampler when they differ."""
-    if c.prob <= 0:
-        return f"{pct(c.raw_prob)} ✂"
-    if abs(c.prob - c.raw_prob) < 0.005:
-        return pct(c.prob)
-    return f"{pct(c.raw_prob)} → {pct(c.prob)}"
 
 
 OTHER_ID = -1  # the "other" bar of a served model's step (not a token)
@@ -64,6 +42,7 @@ class DistributionPlot(pg.PlotWidget):
         self.marks: dict[int, str] = {}  # token id -> a class's guess that named it
         self.cut_note = ""
         self.rows: list[tuple[float, Candidate, int]] = []  # (y, candidate, rank) per bar row
+        self.shown_n = 0  # ranked rows shown: top_n, or fewer when their labels would not fit
         self._x_upper = 1.0
         self._points = 11
         self._tick_font = QFont()
@@ -142,20 +121,26 @@ class DistributionPlot(pg.PlotWidget):
         if step is not None:  # the room for labels and how many fit depend on the size
             self.set_step(step)
 
-    def legend_html(self) -> str:
-        """The key, drawn outside the plot by whoever holds it."""
+    def legend_html(self, short: int = 0) -> str:
+        """The key, drawn outside the plot by whoever holds it; ``short`` 1 and 2 drop words
+        and then the rarer marks, so that it fits on one line in a narrow plot."""
         t = self.theme
 
-        def chip(color: str, text: str, pattern: bool = False) -> str:
-            swatch = "▨" if pattern else "■"
+        def chip(color: str, text: str, swatch: str = "■") -> str:
             return f"<span style='color:{color}'>{swatch}</span>&nbsp;{text}"
 
-        return " &nbsp; ".join((
-            chip(t.raw_bar, "model"), chip(t.kept_bar, "after sampler"),
-            chip(t.cut_bar, "cut", True), f"<span style='color:{t.chosen}'>□</span>&nbsp;chosen",
-            f"<span style='color:{CUT_MARK}'>┅</span>&nbsp;cut-off",
-            f"<span style='color:{t.chosen}'>◇</span>&nbsp;before a penalty",
-        ))  # fmt: skip
+        chips = [
+            chip(t.raw_bar, "model"), chip(t.kept_bar, "after sampler" if short < 2 else "sampler"),
+            chip(t.cut_bar, "cut", "▨"), chip(t.chosen, "chosen", "□"),
+            chip(CUT_MARK, "cut-off", "┅"),
+            chip(t.chosen, "before a penalty" if short == 0 else "penalised", "◇"),
+        ]  # fmt: skip
+        if short >= 2:
+            chips = chips[:4]
+        return " &nbsp; ".join(chips)
+
+    def legend_versions(self) -> tuple[str, ...]:
+        return tuple(self.legend_html(n) for n in (0, 1, 2))
 
     # -- drawing -------------------------------------------------------------------------------
 
@@ -206,7 +191,7 @@ class DistributionPlot(pg.PlotWidget):
             self._x_upper = upper
             self.setXRange(0, upper, padding=0.02)
         self._x_ticks(upper)
-        shown = min(self.top_n, len(step.candidates))
+        shown = self.shown_n
         self._mark_cut(step, cut[:shown], upper)
         outside = len(self.rows) > shown
         self.gap_line.setPos(shown - 0.05 + 0.25)
@@ -215,7 +200,7 @@ class DistributionPlot(pg.PlotWidget):
         ticks = [
             (
                 row_y,
-                (f"{rank}. {_short(c.text)}" if rank else "other")
+                (f"{rank}. {short(c.text)}" if rank else "other")
                 if self._labelled(k, every, c)
                 else "",
             )
@@ -233,11 +218,25 @@ class DistributionPlot(pg.PlotWidget):
         # plot and paints it again (and a steady axis is easier to read on a projector).
         if needed > axis.width() or needed < axis.width() - 60:
             axis.setWidth(needed)
-        last = shown + 1.15 if outside else max(shown, self.top_n) - 0.4
+        last = shown + 1.15 if outside else max(shown, min(self.top_n, self._fit())) - 0.4
         self.setYRange(-0.6, last, padding=0)
 
+    def _fit(self) -> int:
+        """How many rows' labels fit one above the other at this height and font (at least 5:
+        the likely tokens are always labelled; fewer rows are shown rather than bare bars)."""
+        height = self.getPlotItem().getViewBox().height()
+        line = QFontMetrics(self._tick_font).height() * 1.05
+        return max(5, int(height // line)) if height > 1 else self.top_n
+
     def _rows(self, step: Step) -> list[tuple[float, Candidate, int]]:
-        cands = step.candidates[: self.top_n]
+        room = self._fit()
+        n = min(self.top_n, room)
+        if step.token_id not in {c.token_id for c in step.candidates[:n]} and n >= room:
+            n = max(1, room - 1)  # room for the chosen token's own row below the gap
+        if getattr(step, "other_p", None) is not None and n >= room:
+            n = max(1, n - 1)  # and for the served model's "all other tokens"
+        self.shown_n = min(n, len(step.candidates))
+        cands = step.candidates[:n]
         rows = [(float(i), c, i + 1) for i, c in enumerate(cands)]
         if step.token_id not in {c.token_id for c in cands}:
             # the chosen token ranks below the shown ones: its own row, below a gap
@@ -276,10 +275,13 @@ class DistributionPlot(pg.PlotWidget):
             self.getPlotItem().getAxis("bottom").setTicks([ticks])
 
     def _labelled(self, k: int, every: int, c: Candidate) -> bool:
-        """Row ``k`` gets its labels: every ``every``-th row, the chosen token's, a guessed one."""
+        """Row ``k`` gets its labels: the top 5, every ``every``-th row, the chosen token's, a
+        guessed one (``_rows`` shows only as many rows as fit, so ``every`` is 1 but for a
+        plot too short for 5 rows)."""
         step = self.step
         chosen = step is not None and c.token_id == step.token_id
-        return k % every == 0 or chosen or c.token_id in self.marks or c.token_id == OTHER_ID
+        return (k < 5 or k % every == 0 or chosen or c.token_id in self.marks
+                or c.token_id == OTHER_ID)  # fmt: skip
 
     def _label_every(self, rows: int) -> int:
         """Label every row when the labels fit, else every 2nd, 5th, ... (a pile is unreadable)."""
@@ -414,152 +416,3 @@ class DistributionPlot(pg.PlotWidget):
         row = self.row_at(event.scenePos())  # type: ignore[attr-defined]
         if row is not None and self.rows[row][1].token_id != OTHER_ID:
             self.bar_clicked.emit(self.step.index, self.rows[row][1].token_id)
-
-
-def tick_font(widget: pg.PlotWidget, points: int) -> QFont:
-    """Set both axes' tick labels to ``points`` and return the font."""
-    font = QFont()
-    font.setPointSize(points)
-    for name in ("left", "bottom"):
-        widget.getPlotItem().getAxis(name).setStyle(tickFont=font)
-    return font
-
-
-def style_axes(widget: pg.PlotWidget, theme: Theme) -> None:
-    """Background, axes and title in the theme's colours."""
-    widget.setBackground(theme.plot_bg)
-    plot = widget.getPlotItem()
-    for name in ("left", "bottom"):
-        axis = plot.getAxis(name)
-        axis.setPen(pg.mkPen(theme.muted))
-        axis.setTextPen(pg.mkPen(theme.text))
-    plot.titleLabel.setAttr("color", theme.text)
-
-
-def step_summary(step: Step | None, compact: bool = False) -> str:
-    """One line a class can read about the step the distribution plot shows."""
-    if step is None:
-        return "Next-token probabilities appear here after the first token."
-    survivors = f"{step.survivors} token{'s' if step.survivors != 1 else ''} could be picked"
-    said = [f"{n.stage}: {n.text}" for n in getattr(step, "stage_notes", ())]
-    mu = getattr(step, "mu", None)
-    if mu is not None and not any("mu" in n for n in said):
-        said.append(f"mirostat μ {mu:.2f}")
-    other = getattr(step, "other_p", None)
-    if other is not None:
-        said.append(f"served: {len(step.candidates)} candidates, {pct(other)} outside them; "
-                    "entropy is a lower bound")  # fmt: skip
-    notes = f"<br><i>{html.escape(' · '.join(said))}</i>" if said else ""
-    if compact:  # the presentation view: two lines at most at 20 pt
-        return (
-            f"<b>Step {step.index + 1}</b>: "
-            f"<code>'{html.escape(_short(step.token_str, 16))}'</code> "
-            f"{pct(step.raw_prob)} → {pct(step.prob)} · {survivors}{notes}"
-        )
-    return (
-        f"<b>Step {step.index + 1}</b>: chose "
-        f"<code>'{html.escape(_short(step.token_str, 24))}'</code> "
-        f"({step.raw_prob:.0%} → {step.prob:.0%} after the sampler) · entropy "
-        f"{step.entropy_raw:.2f} → {step.entropy:.2f} bits · {survivors}{notes}"
-    )
-
-
-class SeriesPlot(pg.PlotWidget):
-    """Per-step curves with a growing, explicitly set x range."""
-
-    def __init__(
-        self, title: str, y_label: str, series: list[tuple[str, str]], parent: QWidget | None = None
-    ) -> None:
-        super().__init__(parent)
-        self.base_title = title
-        plot = self.getPlotItem()
-        plot.setMenuEnabled(False)
-        plot.hideButtons()
-        plot.getViewBox().setMouseEnabled(x=False, y=False)
-        self.setLabel("bottom", "step")
-        self.setLabel("left", y_label)
-        plot.getAxis("left").enableAutoSIPrefix(False)
-        self.curves: dict[str, pg.PlotDataItem] = {}
-        self.colors = dict(series)
-        # Long runs have thousands of points: thin pens, no antialiasing, peak downsampling
-        # keep a redraw to a few milliseconds.
-        plot.setDownsampling(auto=True, mode="peak")
-        plot.setClipToView(True)
-        for name, color in series:
-            curve = plot.plot([], [], name=name, pen=pg.mkPen(color, width=1.5))
-            curve.setCurveClickable(False)
-            curve.opts["antialias"] = False
-            curve.opts["connect"] = "finite"  # a gap where a step has no value (the prompt's)
-            self.curves[name] = curve
-        self.marker = pg.InfiniteLine(angle=90, movable=False)
-        self.addItem(self.marker)
-        self.marker.hide()
-        self._y_max = 1.0
-        self.note = ""  # said after the key, e.g. "paced at 2 tok/s"
-        self._title = title
-        self._show_title()
-        self.setXRange(0, 50, padding=0)
-
-    def set_theme(self, theme: Theme) -> None:
-        style_axes(self, theme)
-        self.marker.setPen(pg.mkPen(theme.chosen, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
-        self._show_title()
-
-    def set_font_size(self, points: int) -> None:
-        font = tick_font(self, points)
-        plot = self.getPlotItem()
-        for name in ("left", "bottom"):
-            plot.getAxis(name).label.setFont(font)
-        plot.titleLabel.setAttr("size", f"{points}pt")
-        self._show_title()
-
-    def set_series(
-        self, x: np.ndarray, values: dict[str, np.ndarray], title: str | None = None
-    ) -> None:
-        for name, y in values.items():
-            self.curves[name].setData(x, y)
-        n = len(x)
-        self.setXRange(0, max(50, n + 1), padding=0)
-        peak = max(
-            (float(np.nanmax(v)) for v in values.values() if np.isfinite(v).any()), default=0.0
-        )
-        if peak > self._y_max or peak < self._y_max / 4:
-            self._y_max = max(1.0, peak * 1.25)
-        self.setYRange(0, self._y_max, padding=0)
-        if title is not None:
-            self._title = title
-            self._show_title()
-
-    def mark(self, index: int | None) -> None:
-        if index is None:
-            self.marker.hide()
-        else:
-            self.marker.setPos(index)
-            self.marker.show()
-
-    def clear_series(self) -> None:
-        for curve in self.curves.values():
-            curve.setData([], [])
-        self._y_max = 1.0
-        self._title = self.base_title
-        self._show_title()
-        self.mark(None)
-
-    def key_html(self) -> str:
-        """The curves' key, in the title above the plot (never on the data)."""
-        return " ".join(
-            f"<span style='color:{color}'>━</span>&nbsp;{html.escape(name)}"
-            for name, color in self.colors.items()
-        )
-
-    def _show_title(self) -> None:
-        note = f" · {html.escape(self.note)}" if self.note else ""
-        self.getPlotItem().setTitle(f"{html.escape(self._title)}{note}<br>{self.key_html()}")
-
-    def title_text(self) -> str:
-        return self.getPlotItem().titleLabel.text
-
-    def set_note(self, note: str) -> None:
-        if note != self.note:
-            self.note = note
-            self._show_title()

@@ -42,6 +42,7 @@ from engine.sampling.settings import (
     stage_order,
 )
 from engine.validate.settings import json_object
+from gui.widgets.fitting import ElidedCombo
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ class SamplerPanel(QGroupBox):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
 
-        self.preset = QComboBox()
+        self.preset = ElidedCombo()
         self.preset.setObjectName("preset")
         self.preset.setToolTip("Ready-made settings. Pick one, then adjust the sliders.")
         self.save_preset = QPushButton("Save…")
@@ -214,7 +215,7 @@ class SamplerPanel(QGroupBox):
             label.setToolTip(knob.tooltip)
             form.addRow(label, r)
 
-        self.order = QComboBox()
+        self.order = ElidedCombo()
         self.order.setObjectName("order")
         self.order.addItem("Temperature first (transformers)", ORDER_TEMPERATURE_FIRST)
         self.order.addItem("Temperature last (llama.cpp, seed)", ORDER_TEMPERATURE_LAST)
@@ -356,7 +357,7 @@ class SamplerPanel(QGroupBox):
             w.valueChanged.connect(self._emit)
             self.numbers[name] = w
             form.addRow(label, w)
-        self.mirostat = QComboBox()
+        self.mirostat = ElidedCombo()
         self.mirostat.setObjectName("mirostat")
         for text, value in (("off", 0), ("v1", 1), ("v2", 2)):
             self.mirostat.addItem(text, value)

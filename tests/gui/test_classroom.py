@@ -126,14 +126,20 @@ def test_normal_view_shows_every_tab_and_toolbar_button(qtbot, window, size):
     assert window.plots.width() >= 0.4 * window.width()  # the plots are not squeezed
 
 
-def test_top_50_labels_are_thinned_so_they_never_pile_up(qtbot, window):
+def test_top_50_shows_fewer_rows_all_labelled_so_they_never_pile_up(qtbot, window):
+    # issue 27: rather than bare bars between thinned labels, only the rows that can all be
+    # labelled are shown (the likely tokens' labels are never hidden)
     window.resize(1280, 720)
     window.plots.dist_box.top_n.setValue(50)
     show_steps(window, [synthetic_step(0, n=50)])
     axis = window.dist.getPlotItem().getAxis("left")
-    labelled = [y for y, text in axis._tickLevels[0] if text]
+    ticks = axis._tickLevels[0]
+    labelled = [y for y, text in ticks if text]
     assert 5 <= len(labelled) < 50
-    pitch = window.dist.getPlotItem().getViewBox().height() / 50 * (labelled[1] - labelled[0])
+    assert len(labelled) == len(ticks)  # every row shown is labelled
+    view = window.dist.getPlotItem().getViewBox()
+    rows_in_view = view.viewRange()[1][1] - view.viewRange()[1][0]
+    pitch = view.height() / rows_in_view * (labelled[1] - labelled[0])
     assert pitch >= window.dist._tick_font.pointSizeF()  # at least a line apart
 
 
@@ -398,7 +404,8 @@ def test_legends_sit_outside_the_data(qtbot, window):
 
     for plot in (window.dist, window.plots.speed, window.plots.entropy):
         assert not [i for i in plot.scene().items() if isinstance(i, pg.LegendItem)]
-    assert "after sampler" in window.plots.dist_box.key.text()
+    key = window.plots.dist_box.key  # one line, shortened to fit; the whole key as its tooltip
+    assert "after sampler" in key.toolTip() and "model" in key.text()
     assert "running" in window.plots.speed.title_text()
 
 
