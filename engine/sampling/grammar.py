@@ -22,6 +22,10 @@ import torch
 from engine.sampling.checks import check_grammar_spec
 from engine.sampling.processors import NEG_INF, LogitsProcessor
 
+# JSON as json.dumps writes it, with no free whitespace: a model could otherwise pad with
+# newlines and spaces without end (a known failure of constrained JSON). A schema's own
+# "x-guidance" options override these.
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 _KIND_FORMAT = {"json": "json_schema", "regex": "regex", "choice": "choice", "lark": "lark"}
 
 
@@ -44,7 +48,10 @@ def compile_grammar(spec: str) -> str:
             raise ValueError("grammar choice: give non-empty options, 'a|b|c' or a JSON list")
         text = json.dumps(options)
     try:
-        grammar = llguidance.grammar_from(_KIND_FORMAT[kind], text)  # type: ignore[arg-type]
+        if kind == "json":
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_STYLE)
+        else:
+            grammar = llguidance.grammar_from(_KIND_FORMAT[kind], text)  # type: ignore[arg-type]
     except (ValueError, json.JSONDecodeError) as exc:
         raise ValueError(f"grammar {kind}: {exc}") from exc
     problem = llguidance.LLMatcher.validate_grammar(grammar)
