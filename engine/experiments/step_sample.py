@@ -1,7 +1,7 @@
 """Sample this step N times: one forward pass, then N draws from the after-sampler
 probabilities, their histogram beside those probabilities, the total-variation distance and a
 chi-square goodness-of-fit test. Sampling is one ``torch.multinomial`` call with replacement
-and a seeded generator; the counts come from one ``bincount``.
+and a seeded generator; the counts come from one ``bincount`` per checkpoint (NumPy).
 
 The chi-square test pools the tokens whose expected count is below 5 into one cell (the usual
 rule for the approximation to hold); the p-value is the chi-square survival function,
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from engine.decode.session import GenerationSession, step_seed
@@ -47,7 +48,7 @@ class Checkpoint:
 class StepSample:
     n: int
     seed: int
-    rows: tuple[HistogramRow, ...]  # the most probable tokens, then any drawn outside them
+    rows: tuple[HistogramRow, ...]  # the ``top`` most probable, then the most drawn others
     other_prob: float  # after-sampler mass outside ``rows``
     other_count: int
     survivors: int  # tokens with non-zero after-sampler probability
@@ -68,28 +69,33 @@ def chi2_sf(x: float, dof: int) -> float:
     return float(torch.special.gammaincc(a, torch.tensor(x / 2.0, dtype=torch.float64)))
 
 
-def goodness_of_fit(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, float, int, float]:
+def goodness_of_fit(counts: Any, probs: Any) -> tuple[float, float, int, float]:
     """counts: [vocab] draws per token; probs: [vocab] the distribution they were drawn from
-    -> (total variation, chi-square statistic, degrees of freedom, p-value)."""
-    counts = counts.double()
-    p = probs.double()
-    n = float(counts.sum())
-    tv = 0.5 * float((counts / n - p).abs().sum())
+    (tensors or arrays) -> (total variation, chi-square statistic, degrees of freedom,
+    p-value). NumPy on the host: single-threaded, so a vocabulary-sized pass costs tens of
+    microseconds even when other processes hold the cores (torch's threaded kernels then wait
+    on each other, ~10 ms per operation)."""
+    counts = np.asarray(_host(counts), dtype=np.float64)
+    p = np.asarray(_host(probs), dtype=np.float64)
+    n = counts.sum()
+    tv = 0.5 * float(np.abs(counts / n - p).sum())
     expected = p * n
     live = p > 0
     big = live & (expected >= MIN_EXPECTED)
-    cells_o = [counts[big]]
-    cells_e = [expected[big]]
     pooled = live & ~big
-    if bool(pooled.any()):
-        cells_o.append(counts[pooled].sum().reshape(1))
-        cells_e.append(expected[pooled].sum().reshape(1))
-    o, e = torch.cat(cells_o), torch.cat(cells_e)
-    if float(e.sum()) <= 0:
+    o, e = counts[big], expected[big]
+    if pooled.any():
+        o = np.append(o, counts[pooled].sum())
+        e = np.append(e, expected[pooled].sum())
+    if e.sum() <= 0:
         return tv, 0.0, 0, 1.0
     chi2 = float(((o - e) ** 2 / e).sum())
-    dof = int(o.numel()) - 1
+    dof = int(o.size) - 1
     return tv, chi2, dof, chi2_sf(chi2, dof)
+
+
+def _host(x: Any) -> Any:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
 
 
 def draw(probs: torch.Tensor, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -133,23 +139,25 @@ def sample_step(session: GenerationSession, n: int, seed: int = 0, top: int = 20
     forward_s = time.perf_counter() - start
     start = time.perf_counter()
     generator = torch.Generator(device=probs.device).manual_seed(seed)
-    draws = draw(probs, n, generator)
+    draws = draw(probs, n, generator).cpu().numpy()  # one copy of n ids to the host
     vocab = probs.shape[-1]
+    p_host = probs.cpu().numpy()
     fits = []
     for k in checkpoints_for(n):
-        counts = torch.bincount(draws[:k], minlength=vocab)
-        fits.append(Checkpoint(k, *goodness_of_fit(counts, probs)))
+        counts = np.bincount(draws[:k], minlength=vocab)
+        fits.append(Checkpoint(k, *goodness_of_fit(counts, p_host)))
     sample_s = time.perf_counter() - start
     return _result(session, probs, counts, n, seed, top, fits, forward_s, sample_s)
 
 
 def _result(
-    session: GenerationSession, probs: torch.Tensor, counts: torch.Tensor, n: int, seed: int,
+    session: GenerationSession, probs: torch.Tensor, counts: Any, n: int, seed: int,
     top: int, fits: Sequence[Checkpoint], forward_s: float, sample_s: float,
 ) -> StepSample:  # fmt: skip
     k = min(top, probs.shape[-1])
     top_ids = torch.topk(probs, k).indices.tolist()
-    drawn = torch.nonzero(counts).flatten().tolist()
+    most_drawn = np.argsort(-counts, kind="stable")[:k]  # a lucky draw outside the top
+    drawn = [int(i) for i in most_drawn if counts[i] > 0]
     shown = list(dict.fromkeys([i for i in top_ids if probs[i] > 0] + drawn))
     p_host, c_host = probs.tolist(), counts.tolist()
     show = session.text_track.show

@@ -14,16 +14,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from engine.decode.session import GenerationSession
 from engine.records import Step
-from engine.sampling.settings import SamplerSettings
+from engine.sampling.settings import SWEEPABLE, SamplerSettings
 
-SWEEPABLE = tuple(
-    f.name for f in fields(SamplerSettings) if f.type in ("float", "int") and f.name != "seed"
-)  # every numeric setting; the seed is held fixed (variation varies it)
 MAX_RUNS = 1000
 
 SessionFactory = Callable[[SamplerSettings], GenerationSession]

@@ -113,6 +113,13 @@ class SamplerSettings:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+# The settings a sweep can vary (engine.experiments.sweep, lessons): the numeric ones; the
+# seed is held (a variation run varies it).
+SWEEPABLE = tuple(
+    f.name for f in fields(SamplerSettings) if f.type in ("float", "int") and f.name != "seed"
+)
+
+
 def _token_id(x: Any) -> int:
     if isinstance(x, bool) or not isinstance(x, (int, str)) or not str(x).isdigit():
         raise ValueError(f"suppress_tokens takes token ids >= 0, got {x!r}")
