@@ -101,7 +101,9 @@ def compare_rows(
 
 
 class Lockstep:
-    """A's session and B's stepper; ``stream()`` yields a ``LockstepStep`` per token."""
+    """A's session and B's stepper; ``stream()`` yields a ``LockstepStep`` per token. The
+    session's stepper is wrapped so that A's raw logits of each step are kept (no second
+    forward pass of A); B runs its own cached stepper over the same ids."""
 
     def __init__(
         self, session: GenerationSession, model_b: torch.nn.Module, tokenizer_b: Any = None,
@@ -126,7 +128,8 @@ class Lockstep:
     def _compare(self, step: Step) -> LockstepStep:
         prefix = self.session.ids[:-1]  # what A read to choose this token
         a_logits = self.recorder.last
-        assert a_logits is not None
+        if a_logits is None:  # a step without a forward pass (a restored record): nothing to score
+            raise RuntimeError("lockstep needs A's logits for every step")
         b_logits = self.b.logits(prefix)
         c = compare_rows(a_logits[-1:], b_logits, self.top_n)
         token = torch.tensor([[step.token_id]], device=c["la"].device)

@@ -193,3 +193,26 @@ def test_choices_and_regex(smol):
         build_chain(SamplerSettings(grammar="regex:[a-"), tokenizer=smol.tokenizer)
     with pytest.raises(ValueError, match="KIND:TEXT"):
         SamplerSettings(grammar="yaml:x")
+
+
+def test_speculative_decoding_keeps_the_grammar(smol):
+    """Speculative verification filters each position with its own prefix: the grammar's
+    matcher follows every one of them (rolling back between them)."""
+    import re
+
+    from engine.decode.speculative import NGramDrafter, SpeculativeSession
+
+    model = tiny_llama(seed=1, vocab=smol.model.get_output_embeddings().weight.shape[0])
+    ids = smol.encode_prompt("Spell a word.")
+    for temperature in (0.0, 1.0):
+        settings = SamplerSettings(
+            grammar="regex:[a-z]{3,8}( [a-z]{2,5}){0,2}", temperature=temperature,
+            max_new_tokens=40, seed=4,
+        )  # fmt: skip
+        spec = SpeculativeSession(
+            model, ids, NGramDrafter(), settings, tokenizer=smol.tokenizer,
+            eos_token_ids=smol.eos_token_ids, gamma=4, top_n=1,
+        )  # fmt: skip
+        list(spec.stream())
+        text = smol.decode(spec.generated_ids)
+        assert re.fullmatch(r"[a-z]{3,8}( [a-z]{2,5}){0,2}", text), text
