@@ -170,10 +170,3 @@ def _result(
         survivors=int((probs > 0).sum()), tv=last.tv, chi2=last.chi2, dof=last.dof,
         p_value=last.p_value, checkpoints=tuple(fits), forward_s=forward_s, sample_s=sample_s,
     )  # fmt: skip
-
-
-def to_dict(result: Any) -> dict[str, Any]:
-    """A record (and the records inside it) as plain JSON-ready data."""
-    from dataclasses import asdict
-
-    return asdict(result)
