@@ -25,3 +25,7 @@ class NonFiniteLogitsError(RuntimeError):
 
 class DrafterMismatchError(ValueError):
     """The draft model does not share the target's tokenizer."""
+
+
+class TokenizerMismatchError(ValueError):
+    """Two models compared token by token do not share a tokenizer."""

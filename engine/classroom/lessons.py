@@ -24,7 +24,7 @@ import yaml
 
 from engine.records import RUN_METHODS, SAMPLING, SPEC_DRAFT
 from engine.sampling.checks import RULES
-from engine.sampling.settings import ORDERS, SamplerSettings
+from engine.sampling.settings import ORDERS, SWEEPABLE, SamplerSettings
 from engine.validate import InputError
 from engine.validate.limits import (
     MAX_BEAMS,
@@ -43,9 +43,13 @@ FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED = "distribution", "entropy", "spe
 FOCUS_BEAM_TREE, FOCUS_COMPARE = "beam_tree", "compare"
 FOCUSES = (FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED, FOCUS_BEAM_TREE, FOCUS_COMPARE)
 
-# What the teacher presses once the stage is set up.
+# What the teacher presses once the stage is set up. The experiments (engine.experiments):
+# sample the next step ``samples`` times; run ``sweep_setting`` at each of ``sweep_values``.
 ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE = "generate", "step", "compare", "none"
-ACTIONS = (ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE)
+ACTION_SAMPLE_STEP, ACTION_SWEEP = "sample_step", "sweep"
+ACTIONS = (
+    ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE, ACTION_SAMPLE_STEP, ACTION_SWEEP
+)  # fmt: skip
 
 # Per-stage options beside the sampler settings, with their defaults
 # (engine.drivers.workbench.RunRequest)
@@ -55,11 +59,15 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "top_n": 50,  # candidates recorded per step (hover, plots, guess round)
     "limit": None,  # tokens for this run; None: settings.max_new_tokens
     "draft_model": None,  # speculative with a draft model: a bundled model's id
+    "samples": 1000,  # action sample_step: draws of the next token (at most 100,000)
+    "sweep_setting": "temperature",  # action sweep: the setting it varies
+    "sweep_values": (),  # and its values, in order (action sweep needs some)
 }
+MAX_SAMPLES, MAX_SWEEP_VALUES = 100_000, 12
 # name -> (minimum, maximum): the maxima are engine.validate.limits', named in the message
 _INT_OPTIONS = {
     "num_beams": (1, MAX_BEAMS), "gamma": (1, MAX_GAMMA), "top_n": (1, MAX_TOP_N),
-    "limit": (1, MAX_NEW_TOKENS),
+    "limit": (1, MAX_NEW_TOKENS), "samples": (1, MAX_SAMPLES),
 }  # fmt: skip
 
 LESSON_KEYS = ("title", "model", "description", "stages")
@@ -122,6 +130,15 @@ class LessonStage:
     @property
     def draft_model(self) -> str | None:
         return self.options["draft_model"]
+
+    @property
+    def samples(self) -> int:
+        return int(self.options["samples"])
+
+    @property
+    def sweep(self) -> tuple[str, tuple[float, ...]]:
+        """(setting, values) of a sweep stage."""
+        return self.options["sweep_setting"], tuple(self.options["sweep_values"])
 
     def request(self) -> Any:
         """The ``engine.drivers.workbench.RunRequest`` this stage describes."""
@@ -231,6 +248,8 @@ def _settings(reader: _Reader, node: yaml.Node, where: str, base: SamplerSetting
         default = getattr(base, name)
         if name == "order":
             value = reader.choice(value_node, here, ORDERS)
+        elif isinstance(default, str):  # the grammar: SamplerSettings checks its form
+            value = reader.text(value_node, here, required=False)
         elif isinstance(default, int) and not isinstance(default, bool):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise reader.fail(value_node, here, f"expected a whole number, got {_show(value)}")
@@ -262,6 +281,10 @@ def _options(reader: _Reader, node: yaml.Node, where: str, base: dict[str, Any]
         value = reader.value(value_node)
         if name == "draft_model":
             value = None if value is None else reader.choice(value_node, here, list(BUNDLED))
+        elif name == "sweep_setting":
+            value = reader.choice(value_node, here, SWEEPABLE)
+        elif name == "sweep_values":
+            value = _sweep_values(reader, value_node, here)
         elif name in _INT_OPTIONS and not (name == "limit" and value is None):
             least, most = _INT_OPTIONS[name]
             if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
@@ -272,6 +295,19 @@ def _options(reader: _Reader, node: yaml.Node, where: str, base: dict[str, Any]
                 )  # fmt: skip
         out[name] = value
     return out
+
+
+def _sweep_values(reader: _Reader, node: yaml.Node, where: str) -> tuple[float, ...]:
+    value = reader.value(node)
+    if (
+        not isinstance(value, list)
+        or not 1 <= len(value) <= MAX_SWEEP_VALUES
+        or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value)
+    ):
+        raise reader.fail(
+            node, where, f"expected a list of 1 to {MAX_SWEEP_VALUES} numbers, got {_show(value)}"
+        )
+    return tuple(value)
 
 
 def _model(reader: _Reader, node: yaml.Node, where: str) -> str:
@@ -381,6 +417,7 @@ def _parse(text: str, path: str | Path | None) -> Lesson:
                 node, f"{where}.options.draft_model",
                 "missing; the draft-model method needs options: draft_model: <a bundled model>",
             )  # fmt: skip
+        _check_experiment(reader, node, where, stage)
         if stage.guess and stage.action not in (ACTION_STEP, ACTION_NONE):
             raise reader.fail(
                 entries.get("guess", (node, node))[1], f"{where}.guess",
@@ -389,6 +426,25 @@ def _parse(text: str, path: str | Path | None) -> Lesson:
         stages.append(stage)
         previous = stage
     return Lesson(title, model, description, tuple(stages), Path(path) if path else None)
+
+
+def _check_experiment(reader: _Reader, node: yaml.Node, where: str, stage: LessonStage) -> None:
+    """A sweep stage names values its setting accepts; experiments sample token by token."""
+    if stage.action not in (ACTION_SAMPLE_STEP, ACTION_SWEEP):
+        return
+    if stage.method != SAMPLING:
+        raise reader.fail(node, f"{where}.method", f"action {stage.action} needs method sampling")
+    if stage.action == ACTION_SWEEP:
+        setting, values = stage.sweep
+        if not values:
+            raise reader.fail(
+                node, f"{where}.options.sweep_values", "missing; a sweep needs sweep_values"
+            )
+        for v in values:
+            try:
+                stage.settings.with_(**{setting: v})
+            except (ValueError, TypeError) as exc:
+                raise reader.fail(node, f"{where}.options.sweep_values", str(exc)) from exc
 
 
 def load_lesson(path: str | Path) -> Lesson:

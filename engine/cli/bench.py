@@ -19,6 +19,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--families", action="store_true", help="only the families at real shapes (CPU)"
     )
     bench.add_argument("--family-tokens", type=int, default=32)
+    bench.add_argument(
+        "--experiments", action="store_true",
+        help="only the experiments: step sampler, grammar cost, fp32 vs bf16 lockstep (CPU)",
+    )  # fmt: skip
     bench.add_argument("--json", default=None, help="also write the figures to this file")
     bench.set_defaults(func=run)
     return bench
@@ -57,6 +61,14 @@ def run(args: argparse.Namespace) -> int:
                 json.dump(figures, f, indent=1)
         return 0
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
+    if args.experiments:
+        from engine.drivers.bench_experiments import experiments_section
+
+        figures["experiments"] = experiments_section(bundle, say)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(figures, f, indent=1)
+        return 0
     figures["engine"] = run_engine_bench(bundle, say, args.new_tokens)
     figures["families"] = family_section(say, args.family_tokens)
     figures["t5"] = t5_section(say, args.family_tokens)

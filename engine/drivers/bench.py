@@ -17,6 +17,7 @@ import torch
 
 from engine.decode.session import GenerationSession
 from engine.decode.speculative import NGramDrafter, SpeculativeSession
+from engine.drivers.bench_experiments import experiments_section
 from engine.drivers.compare import ready
 from engine.models.device import timed
 from engine.models.loading import ModelBundle
@@ -333,6 +334,7 @@ def run_engine_bench(
     if llama is not None:
         results["llama_cpp"] = llama
     results["ngram"] = ngram_section(bundle, say)
+    results["experiments"] = experiments_section(bundle, say)
     return results
 
 

@@ -56,7 +56,28 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "mirostat": (lambda v: v in (0, 1, 2) and not isinstance(v, bool), "must be 0, 1 or 2"),
     "mirostat_tau": (lambda v: is_number(v) and v >= 0, "must be >= 0"),
     "mirostat_eta": (lambda v: is_number(v) and v >= 0, "must be >= 0"),
+    "adaptive_p_target": (lambda v: is_number(v) and v <= 1, "must be <= 1 (below 0: off)"),
+    "adaptive_p_decay": (lambda v: is_number(v) and 0 <= v <= 0.99, "must be in [0, 0.99]"),
 }
+
+# Constrained decoding: "KIND:TEXT" (engine.sampling.grammar compiles it).
+GRAMMAR_KINDS = ("json", "regex", "choice", "lark")
+MAX_GRAMMAR_CHARS = 100_000
+
+
+def check_grammar_spec(spec: object) -> None:
+    """ValueError unless ``spec`` is "" or "KIND:TEXT" with a known kind (the text itself is
+    checked when the grammar compiles)."""
+    if spec == "":
+        return
+    if not isinstance(spec, str) or len(spec) > MAX_GRAMMAR_CHARS:
+        raise ValueError(f"grammar must be a text of at most {MAX_GRAMMAR_CHARS:,} characters")
+    kind, sep, text = spec.partition(":")
+    if not sep or kind.strip() not in GRAMMAR_KINDS or not text.strip():
+        raise ValueError(
+            f"grammar must read KIND:TEXT with KIND one of {', '.join(GRAMMAR_KINDS)} "
+            f"(e.g. 'choice:yes|no'), got {spec[:40]!r}"
+        )
 
 
 def check_setting(name: str, value: object) -> None:

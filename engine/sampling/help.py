@@ -82,6 +82,15 @@ HELP: dict[str, str] = {
     "resembles earlier text; 0 is greedy. Default 0.6. Su et al. 2022; transformers.",
     "contrastive_k": "Contrastive search: how many top tokens it scores per step. Default 4. "
     "transformers top_k with penalty_alpha.",
+    "grammar": "Constrained decoding: only tokens that keep the text inside a JSON schema "
+    "(json:SCHEMA), a regular expression (regex:RE), one of some choices (choice:a|b|c) or a "
+    "Lark grammar (lark:...) stay in; the rest are cut as 'grammar'. Default off. llguidance; "
+    "llama.cpp --grammar / --json-schema, vLLM structured outputs.",
+    "adaptive_p_target": "Adaptive-p: prefers tokens whose probability is near this target, "
+    "steering the average probability of the chosen tokens towards it. Below 0: off (the "
+    "default); 0.5 is a start. llama.cpp's adaptive-p sampler (PR #17927).",
+    "adaptive_p_decay": "Adaptive-p: how long its running average of chosen probabilities "
+    "remembers (0 to 0.99). Default 0.9. llama.cpp's adaptive-p decay.",
     "num_beam_groups": "Diverse beam search: the beams split into this many groups that are "
     "pushed apart. Default 2. Vijayakumar et al. 2016; transformers num_beam_groups.",
     "diversity_penalty": "Diverse beam search: subtracted per beam of an earlier group that "

@@ -944,6 +944,18 @@ def _temperature(s: SamplerSettings, info: BuildInfo) -> LogitsProcessor:
     return Temperature(s.temperature)
 
 
+def _grammar(s: SamplerSettings, info: BuildInfo) -> LogitsProcessor:
+    from engine.sampling.grammar import Grammar  # its own module, which imports this one
+
+    return Grammar(s.grammar, info.tokenizer, info.prompt_length, info.eos_token_ids)
+
+
+def _adaptive_p(s: SamplerSettings, info: BuildInfo) -> LogitsProcessor:
+    from engine.sampling.adaptive_p import AdaptiveP  # its own module, which imports this one
+
+    return AdaptiveP(s.adaptive_p_target, s.adaptive_p_decay)
+
+
 Factory = Callable[[SamplerSettings, BuildInfo], LogitsProcessor]
 
 # Each stage: when its value is neutral, and how to build it.
@@ -1009,6 +1021,8 @@ STAGES: dict[str, tuple[Callable[[SamplerSettings], bool], Factory]] = {
         lambda s: s.mirostat == 0,
         lambda s, _i: Mirostat(s.mirostat, s.mirostat_tau, s.mirostat_eta),
     ),
+    "grammar": (lambda s: not s.grammar, _grammar),
+    "adaptive_p": (lambda s: s.adaptive_p_target < 0, _adaptive_p),
 }
 assert tuple(sorted(STAGES)) == tuple(sorted(STAGE_NAMES))
 # The stages beam search takes (they reweight or ban; they do not sample).

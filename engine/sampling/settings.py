@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from engine.sampling.checks import RULES, check_setting
+from engine.sampling.checks import RULES, check_grammar_spec, check_setting
 
 ORDER_TEMPERATURE_FIRST = "temperature_first"  # transformers' order
 ORDER_TEMPERATURE_LAST = "temperature_last"  # llama.cpp's default chain (and the seed's)
@@ -20,7 +20,7 @@ STAGE_NAMES = (
     "logit_bias", "repetition_penalty", "frequency_presence", "dry", "no_repeat_ngram_size",
     "banned_strings", "min_new_tokens", "suppress_tokens", "top_n_sigma", "smoothing_factor",
     "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
-    "top_a", "xtc", "mirostat",
+    "top_a", "xtc", "mirostat", "grammar", "adaptive_p",
 )  # fmt: skip
 DRY_BREAKERS = ("\n", ":", '"', "*")  # llama.cpp's default dry_sequence_breakers
 
@@ -66,6 +66,12 @@ class SamplerSettings:
     mirostat: int = 0  # 0 = off, 1 or 2
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
+    # Constrained decoding (engine.sampling.grammar): "json:SCHEMA", "regex:RE",
+    # "choice:a|b|c" or "lark:GRAMMAR"; "" = off.
+    grammar: str = ""
+    # Adaptive-p (engine.sampling.adaptive_p, llama.cpp): a target probability; < 0 = off.
+    adaptive_p_target: float = -1.0
+    adaptive_p_decay: float = 0.9
     # The user's stage order (names from STAGE_NAMES); () = the preset ``order``. Stages it
     # leaves out follow in the preset's order.
     stage_order: tuple[str, ...] = ()
@@ -91,6 +97,7 @@ class SamplerSettings:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        check_grammar_spec(self.grammar)
         for name in RULES:  # the limits the processors check, without loading torch
             check_setting(name, getattr(self, name))
 
@@ -104,6 +111,13 @@ class SamplerSettings:
     def from_dict(cls, data: dict[str, Any]) -> SamplerSettings:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# The settings a sweep can vary (engine.experiments.sweep, lessons): the numeric ones; the
+# seed is held (a variation run varies it).
+SWEEPABLE = tuple(
+    f.name for f in fields(SamplerSettings) if f.type in ("float", "int") and f.name != "seed"
+)
 
 
 def _token_id(x: Any) -> int:
@@ -123,24 +137,29 @@ def _bias(v: Any) -> float:
 # suppress_tokens; then, when sampling: temperature, top_k, top_p, min_p, typical_p,
 # epsilon_cutoff, eta_cutoff. Stages transformers lacks sit where their kin sit (frequency /
 # presence and DRY with the penalties, smoothing with temperature, the other filters after the
-# last of its filters, mirostat last, where it picks the token).
+# last of its filters, mirostat last, where it picks the token). The grammar masks right after
+# the bans (structured-output engines mask the logits before the sampling parameters act; a
+# truncation before it could leave only forbidden tokens, and the chain then skips a stage that
+# would empty the distribution), and adaptive-p, which ends llama.cpp's chain in place of the
+# final draw, comes last.
 TRANSFORMERS_ORDER = (
     "logit_bias", "repetition_penalty", "frequency_presence", "dry", "no_repeat_ngram_size",
-    "banned_strings", "min_new_tokens", "suppress_tokens", "temperature", "smoothing_factor",
-    "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_n_sigma",
-    "top_a", "xtc", "mirostat",
+    "banned_strings", "min_new_tokens", "suppress_tokens", "grammar", "temperature",
+    "smoothing_factor", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+    "top_n_sigma", "top_a", "xtc", "mirostat", "adaptive_p",
 )  # fmt: skip
 # llama.cpp's default chain, from common/common.h ``common_params_sampling::samplers`` and
 # common/sampling.cpp ``common_sampler_init``: logit_bias first, then penalties (repeat,
 # frequency, presence over penalty_last_n), dry, top_n_sigma, top_k, typical_p, top_p, min_p,
 # xtc, temperature (temp_ext: dynamic temperature); with mirostat on, temperature then mirostat.
 # Stages llama.cpp lacks follow their kin (bans with the penalties; epsilon, eta, top-a after
-# min-p; smoothing just before temperature).
+# min-p; smoothing just before temperature). The grammar and adaptive-p sit as in the other
+# order.
 LLAMA_CPP_ORDER = (
     "logit_bias", "repetition_penalty", "frequency_presence", "dry", "no_repeat_ngram_size",
-    "banned_strings", "min_new_tokens", "suppress_tokens", "top_n_sigma", "top_k", "typical_p",
-    "top_p", "min_p", "epsilon_cutoff", "eta_cutoff", "top_a", "xtc", "smoothing_factor",
-    "temperature", "mirostat",
+    "banned_strings", "min_new_tokens", "suppress_tokens", "grammar", "top_n_sigma", "top_k",
+    "typical_p", "top_p", "min_p", "epsilon_cutoff", "eta_cutoff", "top_a", "xtc",
+    "smoothing_factor", "temperature", "mirostat", "adaptive_p",
 )  # fmt: skip
 ORDER_OF = {ORDER_TEMPERATURE_FIRST: TRANSFORMERS_ORDER, ORDER_TEMPERATURE_LAST: LLAMA_CPP_ORDER}
 

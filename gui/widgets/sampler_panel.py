@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.sampling.checks import check_grammar_spec
 from engine.sampling.help import tooltip
 from engine.sampling.settings import (
     DEFAULT_SETTINGS,
@@ -89,6 +90,8 @@ NUMBERS = (
     ("smoothing_curve", "Smoothing curve", 1.0, 3.0, 2),
     ("mirostat_tau", "Mirostat τ", 0.0, 20.0, 2),
     ("mirostat_eta", "Mirostat η", 0.0, 1.0, 3),
+    ("adaptive_p_target", "Adaptive-p target (< 0 off)", -1.0, 1.0, 2),
+    ("adaptive_p_decay", "Adaptive-p decay", 0.0, 0.99, 2),
 )
 STAGE_TITLES = {
     "logit_bias": "Logit bias", "repetition_penalty": "Repetition penalty",
@@ -98,7 +101,7 @@ STAGE_TITLES = {
     "top_n_sigma": "Top-nσ", "smoothing_factor": "Smoothing", "temperature": "Temperature",
     "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "typical_p": "Typical-p",
     "epsilon_cutoff": "Epsilon", "eta_cutoff": "Eta", "top_a": "Top-a", "xtc": "XTC",
-    "mirostat": "Mirostat",
+    "mirostat": "Mirostat", "grammar": "Grammar", "adaptive_p": "Adaptive-p",
 }  # fmt: skip
 
 
@@ -296,6 +299,7 @@ class SamplerPanel(QGroupBox):
             banned_strings=self._texts["banned_strings"],
             suppress_tokens=self._texts["suppress_tokens"],
             dry_sequence_breakers=self._texts["dry_sequence_breakers"],
+            grammar=self._texts["grammar"],
             stage_order=_shortest(listed, ORDER_OF[order]),
             **numbers,
         )
@@ -317,11 +321,13 @@ class SamplerPanel(QGroupBox):
                 "banned_strings": s.banned_strings,
                 "suppress_tokens": s.suppress_tokens,
                 "dry_sequence_breakers": s.dry_sequence_breakers,
+                "grammar": s.grammar,
             }
             self.texts["logit_bias"].setText(format_bias(s.logit_bias))
             self.texts["banned_strings"].setText("; ".join(s.banned_strings))
             self.texts["suppress_tokens"].setText(", ".join(map(str, s.suppress_tokens)))
             self.texts["dry_sequence_breakers"].setText(json.dumps(list(s.dry_sequence_breakers)))
+            self.texts["grammar"].setText(s.grammar)
             self._fill_stages(stage_order(s))
         finally:
             self._loading = False
@@ -371,6 +377,7 @@ class SamplerPanel(QGroupBox):
             ("banned_strings", "Banned words", "word; other words; #13"),
             ("suppress_tokens", "Suppressed ids", "0, 13"),
             ("dry_sequence_breakers", "DRY breakers", '["\\n", ":"]'),
+            ("grammar", "Grammar", "choice:yes|no, regex:..., json:{...}"),
         ):
             edit = QLineEdit()
             edit.setObjectName(name)
@@ -462,6 +469,9 @@ class SamplerPanel(QGroupBox):
                 value = tuple(p.strip() for p in text.split(";") if p.strip())
             elif name == "suppress_tokens":
                 value = parse_ids(text)
+            elif name == "grammar":  # the form here; the text itself when the chain builds
+                check_grammar_spec(text.strip())
+                value = text.strip()  # type: ignore[assignment]
             else:
                 value = tuple(str(x) for x in json.loads(text or "[]"))
             self.texts[name].setStyleSheet("")

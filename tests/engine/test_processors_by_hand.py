@@ -215,7 +215,9 @@ def test_preset_orders_hold_every_stage_once():
     llama_cpp = ("dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature")
     assert tuple(n for n in LLAMA_CPP_ORDER if n in llama_cpp) == llama_cpp
     assert LLAMA_CPP_ORDER.index("logit_bias") < LLAMA_CPP_ORDER.index("repetition_penalty")
-    assert LLAMA_CPP_ORDER[-2:] == ("temperature", "mirostat")
+    # temperature, then mirostat; adaptive-p replaces llama.cpp's final draw, so it ends both
+    assert LLAMA_CPP_ORDER[-3:] == ("temperature", "mirostat", "adaptive_p")
+    assert TRANSFORMERS_ORDER[-1] == "adaptive_p"
     # transformers' _get_logits_processor, in order
     transformers = (
         "logit_bias", "repetition_penalty", "no_repeat_ngram_size", "banned_strings",

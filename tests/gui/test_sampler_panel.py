@@ -29,6 +29,7 @@ EVERYTHING = SamplerSettings(
     epsilon_cutoff=0.0003, eta_cutoff=0.002, xtc_threshold=0.15, xtc_probability=0.5,
     top_a=0.2, dynatemp_range=0.5, dynatemp_exponent=1.5, smoothing_factor=0.3,
     smoothing_curve=2.0, mirostat=2, mirostat_tau=4.0, mirostat_eta=0.2,
+    grammar="choice:yes|no", adaptive_p_target=0.5, adaptive_p_decay=0.8,
     stage_order=("xtc", "temperature"),
 )  # fmt: skip
 

@@ -1,0 +1,150 @@
+"""The experiments (issue 26), each printing JSON on stdout: `sample-step` (the next token
+drawn N times against its after-sampler distribution), `sweep` (a setting over a list of
+values, or N seeded runs grouped by continuation) and `lockstep` (model A decides, model B
+scores the same prefix). `generate --grammar` is the grammar stage, an ordinary setting."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from engine.cli.common import add_sampler_options, settings_from
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    """Model, prompt and the sampler options, as for generate."""
+    p.add_argument("--model", default=None, help="as for generate (default: smollm2-135m)")
+    p.add_argument("--prompt", default=None, help="the prompt (default: the model's example)")
+    p.add_argument("--no-chat-template", action="store_true", help="send the prompt as it is")
+    p.add_argument("--preset", default=None, help="start from a preset (Greedy, Balanced, ...)")
+    p.add_argument("--temperature", type=float, default=None, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None, help="0 = off")
+    p.add_argument("--top-p", type=float, default=None, help="1 = off")
+    p.add_argument("--min-p", type=float, default=None, help="0 = off")
+    p.add_argument("--repetition-penalty", type=float, default=None, help="1 = off")
+    p.add_argument("--temperature-last", action="store_true", help="llama.cpp's order")
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    add_sampler_options(p)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    step = sub.add_parser("sample-step", help="draw the next token N times: histogram, TV, χ²")
+    _common(step)
+    step.add_argument("--samples", type=int, default=1000, help="N, up to 100,000")
+    step.add_argument("--top", type=int, default=20, help="tokens listed (and any drawn)")
+    step.add_argument("--sample-seed", type=int, default=0, help="seed of the N draws")
+    step.set_defaults(func=run_sample_step)
+    sweep = sub.add_parser("sweep", help="one setting over a list of values, or N seeded runs")
+    _common(sweep)
+    sweep.add_argument("--setting", default="temperature", help="the setting to sweep")
+    sweep.add_argument("--values", default="0.2,0.7,1.0,1.5", help="comma-separated values")
+    sweep.add_argument(
+        "--runs", type=int, default=0,
+        help="instead: this many sampled runs (seeds seed, seed+1, ...) grouped by output",
+    )  # fmt: skip
+    sweep.set_defaults(func=run_sweep)
+    lock = sub.add_parser("lockstep", help="model A decides, model B scores the same prefix")
+    _common(lock)
+    lock.add_argument("--model-b", default=None, help="model B (default: the same as A)")
+    lock.add_argument("--dtype-b", default=None, help="B's dtype (default: as --dtype)")
+    lock.add_argument("--top-n", type=int, default=10, help="candidates compared per step")
+    lock.set_defaults(func=run_lockstep)
+
+
+def _say(message: str) -> None:
+    print(f"[{message}]", file=sys.stderr)
+
+
+def _open(args: argparse.Namespace, source: str | None = None, dtype: str | None = None) -> Any:
+    from engine.models.catalog import open_model
+
+    return open_model(
+        source if source is not None else args.model, device=args.device,
+        dtype=dtype or args.dtype, progress=_say,
+    )  # fmt: skip
+
+
+def _session(args: argparse.Namespace, bundle: Any, settings: Any) -> Any:
+    from engine import GenerationSession
+
+    prompt = args.prompt or bundle.extra.get("example_prompt", "Once upon a time")
+    ids = bundle.encode_prompt(prompt, use_chat_template=False if args.no_chat_template else None)
+    return GenerationSession(
+        bundle.model, ids, settings, tokenizer=bundle.tokenizer,
+        eos_token_ids=bundle.eos_token_ids, top_n=1,
+    )  # fmt: skip
+
+
+def _emit(data: Any) -> int:
+    json.dump(data, sys.stdout, indent=1, ensure_ascii=False, allow_nan=False, default=str)
+    print()
+    return 0
+
+
+def _guarded(run: Any, args: argparse.Namespace) -> int:
+    """Run a command; a refusal (bad value, model that cannot load) is one line and code 2."""
+    from engine.errors import ModelLoadError
+
+    try:
+        return run(args)
+    except (ValueError, ModelLoadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run_sample_step(args: argparse.Namespace) -> int:
+    def go(args: argparse.Namespace) -> int:
+        from engine.experiments.step_sample import sample_step
+
+        settings = settings_from(args)
+        session = _session(args, _open(args), settings)
+        result = sample_step(session, args.samples, seed=args.sample_seed, top=args.top)
+        return _emit(asdict(result))
+
+    return _guarded(go, args)
+
+
+def _numbers(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.replace(";", ",").split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--values takes numbers separated by commas, got {text!r}") from None
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    def go(args: argparse.Namespace) -> int:
+        from engine.experiments.sweep import sweep, variation
+
+        settings = settings_from(args)
+        bundle = _open(args)
+
+        def make(s: Any) -> Any:
+            return _session(args, bundle, s)
+
+        if args.runs:
+            return _emit(asdict(variation(make, settings, args.runs)))
+        rows = sweep(make, settings, args.setting, _numbers(args.values))
+        return _emit([asdict(r) for r in rows])
+
+    return _guarded(go, args)
+
+
+def run_lockstep(args: argparse.Namespace) -> int:
+    def go(args: argparse.Namespace) -> int:
+        from engine.experiments.lockstep import Lockstep
+
+        settings = settings_from(args)
+        a = _open(args)
+        b = _open(args, args.model_b or args.model, args.dtype_b)
+        lock = Lockstep(_session(args, a, settings), b.model, b.tokenizer, top_n=args.top_n)
+        steps = [asdict(s) for s in lock.stream()]
+        return _emit({"summary": asdict(lock.summary()), "steps": steps,
+                      "a": a.describe(), "b": b.describe()})  # fmt: skip
+
+    return _guarded(go, args)

@@ -1,0 +1,100 @@
+"""The lesson stages that run experiments: their options are checked with line and field, and
+the two shipped lessons run on SmolLM2."""
+
+from dataclasses import replace
+
+import pytest
+
+from engine.classroom.lessons import (
+    ACTION_SAMPLE_STEP,
+    ACTION_SWEEP,
+    LessonError,
+    bundled_lessons,
+    parse_lesson,
+)
+
+LESSON = """\
+title: Experiments
+model: smollm2-135m
+stages:
+  - title: Draw
+    text: Some words.
+    prompt: Hello
+    options:
+      samples: 500
+    action: sample_step
+  - title: Sweep
+    text: More words.
+    options:
+      sweep_setting: top_p
+      sweep_values: [0.5, 1.0]
+    action: sweep
+"""
+
+
+def test_experiment_stages_parse():
+    draw, sweep = parse_lesson(LESSON, "x.yaml").stages
+    assert draw.action == ACTION_SAMPLE_STEP and draw.samples == 500
+    assert sweep.action == ACTION_SWEEP and sweep.sweep == ("top_p", (0.5, 1.0))
+    assert sweep.samples == 500  # options carry over, as every option does
+
+
+def _error(old: str, new: str) -> LessonError:
+    with pytest.raises(LessonError) as info:
+        parse_lesson(LESSON.replace(old, new), "bad.yaml")
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "words"),
+    [
+        ("samples: 500", "samples: 200000", "stages[0].options.samples", "<= 100000"),
+        ("samples: 500", "samples: many", "stages[0].options.samples", "whole number"),
+        ("sweep_values: [0.5, 1.0]", "sweep_values: [0.5, 1.5]",
+         "stages[1].options.sweep_values", "top_p must be in [0, 1]"),
+        ("sweep_values: [0.5, 1.0]", "sweep_values: hot", "stages[1].options.sweep_values",
+         "a list of 1 to 12 numbers"),
+        ("sweep_setting: top_p", "sweep_setting: top-p", "stages[1].options.sweep_setting",
+         "did you mean top_p?"),
+        ("      sweep_values: [0.5, 1.0]\n", "", "stages[1].options.sweep_values",
+         "a sweep needs sweep_values"),
+        ("    prompt: Hello\n", "    prompt: Hello\n    method: beam\n", "stages[0].method",
+         "needs method sampling"),
+    ],
+)  # fmt: skip
+def test_bad_experiment_options_name_the_field(old, new, field, words):
+    error = _error(old, new)
+    assert error.field == field and words in error.message, str(error)
+
+
+def test_a_grammar_setting_is_read_and_checked():
+    ok = LESSON.replace("    prompt: Hello\n", "    prompt: Hello\n    settings:\n"
+                        "      grammar: 'choice:yes|no'\n")  # fmt: skip
+    assert parse_lesson(ok).stages[1].settings.grammar == "choice:yes|no"
+    with pytest.raises(LessonError, match="KIND:TEXT"):
+        parse_lesson(ok.replace("choice:yes|no", "yes or no"))
+
+
+@pytest.mark.slow
+def test_the_shipped_experiment_lessons_run_on_smollm2():
+    from engine.experiments.lesson import run_stage
+    from engine.models.catalog import load_bundled
+
+    bundle = load_bundled("smollm2-135m", device="cpu")
+    stages = [
+        s
+        for lesson in bundled_lessons()
+        for s in lesson.stages
+        if s.action in (ACTION_SAMPLE_STEP, ACTION_SWEEP)
+    ]
+    assert {s.action for s in stages} == {ACTION_SAMPLE_STEP, ACTION_SWEEP}
+    for stage in stages:
+        if stage.action == ACTION_SWEEP:  # three tokens per value keep the test short
+            stage = replace(stage, settings=stage.settings.with_(max_new_tokens=3))
+            rows = run_stage(stage, bundle)
+            assert [r.value for r in rows] == list(stage.sweep[1])
+            assert all(1 <= len(r.token_ids) <= 3 for r in rows)
+        else:
+            result = run_stage(stage, bundle)
+            assert result.n == stage.samples
+            assert result.survivors == (stage.settings.top_k or len(bundle.tokenizer))
