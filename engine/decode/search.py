@@ -47,20 +47,12 @@ from engine.records import (
     BeamResult,
     StageNote,
 )
-from engine.sampling.processors import (
-    PENALTIES,
-    Chain,
-    EpsilonCutoff,
-    EtaCutoff,
-    LogitsProcessor,
-    MinP,
-    SequenceBias,
-    TopK,
-    TopP,
-    TypicalP,
-    build_chain,
-)
+from engine.sampling.base import LogitsProcessor
+from engine.sampling.build import PENALTIES, build_chain
+from engine.sampling.chain import Chain
+from engine.sampling.penalties import SequenceBias
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.sampling.truncation import EpsilonCutoff, EtaCutoff, MinP, TopK, TopP, TypicalP
 
 
 class ScaleTemperature(LogitsProcessor):
