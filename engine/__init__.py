@@ -16,7 +16,7 @@ The data path from prompt to step record:
     1. drivers.workbench.Workbench.start(RunRequest)    the window's "Generate", on the worker
     2. models.loading.ModelBundle.encode_prompt(text)     prompt (+ chat template) -> ids
     3. drivers.workbench.make_session(...)                 the method's session over those ids
-    4. sampling.processors.build_chain(settings)           stages that are not neutral -> Chain
+    4. sampling.build.build_chain(settings)                stages that are not neutral -> Chain
     5. decode.session.SessionBase.stream()                 the one loop: _advance() per token
     6. step.stepper.Stepper.logits(ids)                    ids -> [1, vocab] logits (KV cached)
     7. Chain.probs(ids, logits) -> probs, cut              every stage, recording who cut what
@@ -39,12 +39,12 @@ _HOME = {
     "autoregressive_generate_encoder_decoder": "engine.drivers.compat",
     "BeamSession": "engine.decode.beam",
     "ContrastiveSession": "engine.decode.contrastive",
-    "DRY": "engine.sampling.processors",
+    "DRY": "engine.sampling.penalties",
     "GroupBeamSession": "engine.decode.search",
-    "Mirostat": "engine.sampling.processors",
+    "Mirostat": "engine.sampling.mirostat",
     "SampledBeamSession": "engine.decode.search",
-    "XTC": "engine.sampling.processors",
-    "build_chain": "engine.sampling.processors",
+    "XTC": "engine.sampling.truncation",
+    "build_chain": "engine.sampling.build",
     "Candidate": "engine.records",
     "DEFAULT_SETTINGS": "engine.sampling.settings",
     "EmptyPromptError": "engine.errors",
@@ -53,18 +53,18 @@ _HOME = {
     "IncrementalDetokenizer": "engine.models.text",
     "load_model": "engine.models.loading",
     "make_bundle": "engine.models.loading",
-    "MinNewTokens": "engine.sampling.processors",
-    "MinP": "engine.sampling.processors",
+    "MinNewTokens": "engine.sampling.penalties",
+    "MinP": "engine.sampling.truncation",
     "ModelBundle": "engine.models.loading",
     "ModelLoadError": "engine.errors",
     "ModelStepper": "engine.step.stepper",
     "MultinomialProcessor": "engine.drivers.compat",
     "ngram_assisted_speculative_generate": "engine.drivers.compat",
     "NonFiniteLogitsError": "engine.errors",
-    "NoRepeatNGram": "engine.sampling.processors",
+    "NoRepeatNGram": "engine.sampling.penalties",
     "NucleusProcessor": "engine.drivers.compat",
     "PRESETS": "engine.sampling.settings",
-    "RepetitionPenalty": "engine.sampling.processors",
+    "RepetitionPenalty": "engine.sampling.penalties",
     "RunSummary": "engine.records",
     "SamplerSettings": "engine.sampling.settings",
     "speculative_generate": "engine.drivers.compat",
@@ -72,12 +72,12 @@ _HOME = {
     "SpeculativeSession": "engine.decode.speculative",
     "Step": "engine.records",
     "stream_generate": "engine.decode.session",
-    "Temperature": "engine.sampling.processors",
-    "TopK": "engine.sampling.processors",
+    "Temperature": "engine.sampling.temperature",
+    "TopK": "engine.sampling.truncation",
     "TopKNucleusProcessor": "engine.drivers.compat",
     "TopKProcessor": "engine.drivers.compat",
-    "TopP": "engine.sampling.processors",
-    "TypicalP": "engine.sampling.processors",
+    "TopP": "engine.sampling.truncation",
+    "TypicalP": "engine.sampling.truncation",
 }
 
 

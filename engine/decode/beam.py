@@ -39,7 +39,8 @@ from engine.records import (
     BeamResult,
     Step,
 )
-from engine.sampling.processors import PENALTIES, Chain, apply_chain, build_chain
+from engine.sampling.build import PENALTIES, build_chain
+from engine.sampling.chain import Chain, apply_chain
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 
 

@@ -30,7 +30,8 @@ from engine.records import (
     BeamNode,
     StageNote,
 )
-from engine.sampling.processors import PENALTIES, Chain, build_chain
+from engine.sampling.build import PENALTIES, build_chain
+from engine.sampling.chain import Chain
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 
 

@@ -25,20 +25,12 @@ import torch
 
 from engine.decode.beam import BeamSession
 from engine.records import GROUP_BEAM, SAMPLED_BEAM
-from engine.sampling.processors import (
-    PENALTIES,
-    Chain,
-    EpsilonCutoff,
-    EtaCutoff,
-    LogitsProcessor,
-    MinP,
-    SequenceBias,
-    TopK,
-    TopP,
-    TypicalP,
-    build_chain,
-)
+from engine.sampling.base import LogitsProcessor
+from engine.sampling.build import PENALTIES, build_chain
+from engine.sampling.chain import Chain
+from engine.sampling.penalties import SequenceBias
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.sampling.truncation import EpsilonCutoff, EtaCutoff, MinP, TopK, TopP, TypicalP
 
 
 class ScaleTemperature(LogitsProcessor):

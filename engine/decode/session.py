@@ -37,7 +37,8 @@ from engine.records import (
     Step,
     lighten_old,
 )
-from engine.sampling.processors import Sampler, build_chain
+from engine.sampling.build import build_chain
+from engine.sampling.chain import Sampler
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 from engine.step.stepper import ModelStepper, Stepper, catch_up, make_stepper, to_feed
 

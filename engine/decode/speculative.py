@@ -31,7 +31,7 @@ from engine.decode.measure import measure
 from engine.decode.session import Record, SessionBase
 from engine.errors import DrafterMismatchError
 from engine.records import KEEP_FULL, SPEC_DRAFT, SPEC_NGRAM, SpeculativeReport
-from engine.sampling.processors import Sampler, pick
+from engine.sampling.chain import Sampler, pick
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 from engine.step.stepper import catch_up, make_stepper, to_feed
 
@@ -341,7 +341,7 @@ class SpeculativeSession(SessionBase):
         with mirostat the mu those ids leave (each draft's surprise moves it, as each token
         does in a plain session; one host read per row, mirostat runs only). Returns the
         probabilities, the stage that cut each token, and what the chain reported
-        (``engine.sampling.processors.ChainReport``, None for a sampler without one): one report for
+        (``engine.sampling.chain.ChainReport``, None for a sampler without one): one report for
         all rows, or one per row when the chain ran row by row."""
         mirostat = self._mirostat
         if not self.sampler.uses_ids and mirostat is None:

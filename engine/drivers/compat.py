@@ -35,8 +35,10 @@ from engine.decode.speculative import (
 from engine.errors import DrafterMismatchError, EmptyPromptError
 from engine.models.device import context_length
 from engine.records import SpeculativeReport, Step
+from engine.sampling.base import LogitsProcessor
+from engine.sampling.chain import apply_chain
 from engine.sampling.checks import is_number
-from engine.sampling.processors import LogitsProcessor, TopK, TopP, apply_chain
+from engine.sampling.truncation import TopK, TopP
 
 
 class CompatProcessor:

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from engine.sampling.base import NEG_INF, LogitsProcessor
 from engine.sampling.checks import check_setting
-from engine.sampling.processors import NEG_INF, LogitsProcessor
 
 WIDTH, PEAK, SHARPNESS = 0.3, 5.0, 10.0
 KEEP = 64  # prefixes whose original probabilities are kept (a rewind within them is exact)

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from engine.sampling.base import NEG_INF, LogitsProcessor
 from engine.sampling.checks import check_grammar_spec
-from engine.sampling.processors import NEG_INF, LogitsProcessor
 
 # JSON as json.dumps writes it, with no free whitespace: a model could otherwise pad with
 # newlines and spaces without end (a known failure of constrained JSON). A schema's own

@@ -1,5 +1,5 @@
 """Sampler settings: one plain frozen record of what the sliders set, and the presets. No torch:
-the window builds these before the engine loads; ``engine.sampling.processors.build_chain``
+the window builds these before the engine loads; ``engine.sampling.build.build_chain``
 turns one into the chain of stages."""
 
 from __future__ import annotations

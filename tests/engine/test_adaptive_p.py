@@ -8,7 +8,7 @@ import torch
 
 from engine import GenerationSession, SamplerSettings
 from engine.sampling.adaptive_p import AdaptiveP, adapted_target
-from engine.sampling.processors import build_chain
+from engine.sampling.build import build_chain
 from engine.sampling.settings import LLAMA_CPP_ORDER, TRANSFORMERS_ORDER
 from tiny_models import tiny_llama
 

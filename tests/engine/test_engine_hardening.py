@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from engine import GenerationSession, NonFiniteLogitsError, SamplerSettings
 from engine.decode.speculative import NGramDrafter, SpeculativeSession
-from engine.sampling.processors import build_chain
+from engine.sampling.build import build_chain
 from engine.sampling.settings import ORDERS
 from tiny_models import tiny_llama
 

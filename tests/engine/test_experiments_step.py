@@ -14,7 +14,7 @@ from engine.experiments.step_sample import (
     next_distribution,
     sample_step,
 )
-from engine.sampling.processors import build_chain
+from engine.sampling.build import build_chain
 from tiny_models import tiny_llama
 
 

@@ -12,8 +12,8 @@ import torch
 
 from engine import GenerationSession, SamplerSettings
 from engine.models.catalog import load_bundled
+from engine.sampling.build import build_chain
 from engine.sampling.grammar import compile_grammar, ll_tokenizer, unpack_bitmask
-from engine.sampling.processors import build_chain
 from tiny_models import tiny_llama
 
 pytestmark = pytest.mark.slow

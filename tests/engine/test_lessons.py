@@ -15,7 +15,7 @@ from engine.classroom.lessons import (
 )
 from engine.models.catalog import BUNDLED
 from engine.records import BEAM, SAMPLING, SPEC_DRAFT, SPEC_NGRAM, Step
-from engine.sampling.processors import build_chain
+from engine.sampling.build import build_chain
 from engine.sampling.settings import SamplerSettings
 
 TOPICS = (

@@ -22,7 +22,8 @@ from engine import (
     TopP,
     TypicalP,
 )
-from engine.sampling.processors import apply_chain, build_chain
+from engine.sampling.build import build_chain
+from engine.sampling.chain import apply_chain
 
 INF = float("inf")
 NO_IDS = torch.empty((1, 0), dtype=torch.long)

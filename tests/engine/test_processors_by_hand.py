@@ -9,22 +9,19 @@ import torch
 from torch.testing import assert_close
 from transformers import ByT5Tokenizer
 
-from engine.sampling.processors import (
-    DRY,
+from engine.sampling.build import build_chain
+from engine.sampling.chain import apply_chain
+from engine.sampling.mirostat import Mirostat
+from engine.sampling.penalties import DRY, FrequencyPresencePenalty
+from engine.sampling.settings import (
     LLAMA_CPP_ORDER,
+    STAGE_NAMES,
     TRANSFORMERS_ORDER,
-    XTC,
-    DynamicTemperature,
-    FrequencyPresencePenalty,
-    Mirostat,
-    Smoothing,
-    TopA,
-    TopNSigma,
-    apply_chain,
-    build_chain,
+    SamplerSettings,
     stage_order,
 )
-from engine.sampling.settings import STAGE_NAMES, SamplerSettings
+from engine.sampling.temperature import DynamicTemperature, Smoothing
+from engine.sampling.truncation import XTC, TopA, TopNSigma
 
 INF = float("inf")
 NO_IDS = torch.empty((1, 0), dtype=torch.long)
@@ -297,7 +294,7 @@ def test_new_stages_and_settings_refuse_the_same_values(field, make, bad):
 
 
 def test_bias_refuses_nan_and_plus_infinity():
-    from engine.sampling.processors import SequenceBias
+    from engine.sampling.penalties import SequenceBias
 
     for bad in (float("nan"), float("inf")):
         with pytest.raises(ValueError):

@@ -7,25 +7,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.sampling.processors import (
+from engine.sampling.build import build_chain
+from engine.sampling.chain import apply_chain
+from engine.sampling.mirostat import Mirostat
+from engine.sampling.penalties import (
     DRY,
-    XTC,
     BannedSequences,
-    DynamicTemperature,
-    EpsilonCutoff,
-    EtaCutoff,
     FrequencyPresencePenalty,
-    Mirostat,
     RepetitionPenalty,
     SequenceBias,
-    Smoothing,
     SuppressTokens,
-    TopA,
-    TopNSigma,
-    apply_chain,
-    build_chain,
 )
 from engine.sampling.settings import ORDER_LLAMA_CPP, SamplerSettings
+from engine.sampling.temperature import DynamicTemperature, Smoothing
+from engine.sampling.truncation import XTC, EpsilonCutoff, EtaCutoff, TopA, TopNSigma
 
 INF = float("inf")
 

@@ -7,21 +7,16 @@ import torch
 from torch.testing import assert_close
 from transformers.generation import logits_process as hf
 
-from engine.sampling.processors import (
+from engine.sampling.penalties import (
     BannedSequences,
-    EpsilonCutoff,
-    EtaCutoff,
     MinNewTokens,
-    MinP,
     NoRepeatNGram,
     RepetitionPenalty,
     SequenceBias,
     SuppressTokens,
-    Temperature,
-    TopK,
-    TopP,
-    TypicalP,
 )
+from engine.sampling.temperature import Temperature
+from engine.sampling.truncation import EpsilonCutoff, EtaCutoff, MinP, TopK, TopP, TypicalP
 from tests.tiny_models import tiny_llama
 
 INF = float("inf")

@@ -18,7 +18,7 @@ from keyring.backend import KeyringBackend
 from engine.decode.session import GenerationSession
 from engine.drivers.workbench import RunRequest, Workbench
 from engine.records import SERVED_STREAM, Step
-from engine.sampling.processors import build_chain
+from engine.sampling.build import build_chain
 from engine.sampling.settings import SamplerSettings
 from engine.serve.remote import (
     BAD_RESPONSE,

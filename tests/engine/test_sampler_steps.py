@@ -6,7 +6,7 @@ import pytest
 from transformers import ByT5Tokenizer
 
 from engine.decode.session import GenerationSession
-from engine.sampling.processors import Mirostat
+from engine.sampling.mirostat import Mirostat
 from engine.sampling.settings import SamplerSettings
 from tests.tiny_models import tiny_llama
 

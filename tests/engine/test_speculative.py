@@ -244,7 +244,7 @@ def test_every_pair_of_cache_modes_agree():
 def test_mirostat_mu_moves_with_every_token_of_a_speculative_run(drafter):
     """Each verified position is filtered with the mu the tokens before it leave, as a plain
     session would: checked against the chain run token by token on model.forward."""
-    from engine.sampling.processors import build_chain
+    from engine.sampling.build import build_chain
 
     model = tiny_llama(0)
     settings = SamplerSettings(
