@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--families", action="store_true", help="only the families at real shapes (CPU)"
     )
     bench.add_argument("--family-tokens", type=int, default=32)
+    bench.add_argument("--tree-only", action="store_true", help="only the tree expansion part")
     bench.add_argument("--json", default=None, help="also write the figures to this file")
     bench.set_defaults(func=run)
     return bench
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         static_cpu_section,
         t5_section,
     )
+    from engine.drivers.bench_tree import tree_section
     from engine.models.catalog import open_model
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -57,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
                 json.dump(figures, f, indent=1)
         return 0
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
+    figures["tree"] = tree_section(bundle, say)
+    if args.tree_only:
+        return 0
     figures["engine"] = run_engine_bench(bundle, say, args.new_tokens)
     figures["families"] = family_section(say, args.family_tokens)
     figures["t5"] = t5_section(say, args.family_tokens)
