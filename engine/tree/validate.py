@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.tree.model import FORMAT, MAX_NODES, MAX_TEXT, MAX_TOP, Node, TreeFormatError
+from engine.tree.node import FORMAT, MAX_NODES, MAX_TEXT, MAX_TOP, Node, TreeFormatError
 
 
 def _need(ok: bool, field: str, what: str) -> None:
