@@ -23,13 +23,13 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--experiments", action="store_true",
         help="only the experiments: step sampler, grammar cost, fp32 vs bf16 lockstep (CPU)",
     )  # fmt: skip
+    bench.add_argument("--tree-only", action="store_true", help="only the tree expansion part")
     bench.add_argument("--json", default=None, help="also write the figures to this file")
     bench.set_defaults(func=run)
     return bench
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     import os
 
     from engine.drivers.bench import (
@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         static_cpu_section,
         t5_section,
     )
+    from engine.drivers.bench_tree import tree_section
     from engine.models.catalog import open_model
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -56,26 +57,30 @@ def run(args: argparse.Namespace) -> int:
         figures["families"] = family_section(say, args.family_tokens)
         figures["t5"] = t5_section(say, args.family_tokens)
         figures["static_cpu"] = static_cpu_section(say, new_tokens=args.family_tokens)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(figures, f, indent=1)
-        return 0
+        return _written(figures, args.json)
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
     if args.experiments:
         from engine.drivers.bench_experiments import experiments_section
 
         figures["experiments"] = experiments_section(bundle, say)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(figures, f, indent=1)
-        return 0
+        return _written(figures, args.json)
+    figures["tree"] = tree_section(bundle, say)
+    if args.tree_only:
+        return _written(figures, args.json)
     figures["engine"] = run_engine_bench(bundle, say, args.new_tokens)
     figures["families"] = family_section(say, args.family_tokens)
     figures["t5"] = t5_section(say, args.family_tokens)
     if not args.skip_gui and args.gui_bench is not None:
         figures.update(args.gui_bench(bundle, say, args))
     run_gpu_bench(say)
-    if args.json:
-        with open(args.json, "w") as f:
+    return _written(figures, args.json)
+
+
+def _written(figures: dict, path: str | None) -> int:
+    """Write the figures as JSON where ``--json`` asks for them; the command's exit status."""
+    if path:
+        import json
+
+        with open(path, "w") as f:
             json.dump(figures, f, indent=1)
     return 0

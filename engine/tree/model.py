@@ -1,0 +1,138 @@
+"""The run as a tree: every continuation kept, with its probabilities and path log-probability.
+
+Plain data, no tensors: the engine grows it (engine.tree.expand), the window draws it, and it
+round-trips through JSON (``{"format": "decoding-lab-tree/1", ...}``), validated on the way in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from engine.tree.node import FORMAT, Node
+from engine.tree.validate import read_tree
+
+
+class RunTree:
+    """Nodes by id, a root holding the prompt ids, and the cursor (the node you stand on)."""
+
+    def __init__(self, prompt_ids: list[int], prompt_text: str = "", settings: Any = None,
+                 seed: int = 0) -> None:  # fmt: skip
+        self.prompt_ids = list(prompt_ids)
+        self.settings: dict[str, Any] = dict(settings or {})
+        self.seed = seed
+        self.nodes: dict[int, Node] = {0: Node(0, -1, prompt_text, None)}
+        self.cursor = 0
+
+    # -- building ----------------------------------------------------------------------------
+    def add_child(self, parent: int, token_id: int, text: str, raw_prob: float, prob: float,
+                  logprob: float, entropy_raw: float = 0.0,
+                  top: list[tuple[int, str, float, float]] | None = None) -> int:  # fmt: skip
+        """The child of ``parent`` for ``token_id``: the existing one when there is one."""
+        up = self.nodes[parent]
+        for cid in up.children:
+            if self.nodes[cid].token_id == token_id:
+                return cid
+        nid = max(self.nodes) + 1
+        self.nodes[nid] = Node(
+            nid, token_id, text, parent, raw_prob, prob, logprob,
+            up.path_logprob + logprob, up.depth + 1, entropy_raw, [], list(top or []),
+        )  # fmt: skip
+        up.children.append(nid)
+        return nid
+
+    def path(self, nid: int | None = None) -> list[int]:
+        """Node ids from the root's first child down to ``nid`` (default: the cursor)."""
+        out = []
+        cur = self.cursor if nid is None else nid
+        while cur is not None and cur != 0:
+            out.append(cur)
+            cur = self.nodes[cur].parent
+        return out[::-1]
+
+    def path_ids(self, nid: int | None = None) -> list[int]:
+        return [self.nodes[n].token_id for n in self.path(nid)]
+
+    def path_text(self, nid: int | None = None) -> str:
+        return "".join(self.nodes[n].text for n in self.path(nid))
+
+    def leaves(self) -> list[int]:
+        return [n.id for n in self.nodes.values() if not n.children and n.id != 0]
+
+    def perplexity(self, nid: int) -> float:
+        """exp of the mean negative log-probability per token along the path to ``nid``."""
+        node = self.nodes[nid]
+        return math.exp(-node.path_logprob / node.depth) if node.depth else 1.0
+
+    # -- moves (each returns the new cursor; a move that has nowhere to go stays put) ---------
+    def goto(self, nid: int) -> int:
+        if nid not in self.nodes:
+            raise KeyError(f"no node {nid}")
+        self.cursor = nid
+        return nid
+
+    def to_parent(self) -> int:
+        up = self.nodes[self.cursor].parent
+        return self.goto(up) if up is not None else self.cursor
+
+    def to_child(self, index: int = 0) -> int:
+        kids = self.nodes[self.cursor].children
+        return self.goto(kids[index]) if 0 <= index < len(kids) else self.cursor
+
+    def to_sibling(self, step: int = 1) -> int:
+        up = self.nodes[self.cursor].parent
+        if up is None:
+            return self.cursor
+        kids = self.nodes[up].children
+        i = kids.index(self.cursor) + step
+        return self.goto(kids[i]) if 0 <= i < len(kids) else self.cursor
+
+    def fork(self, forward: bool = True, below_prob: float = 0.5, above_bits: float = 3.0,
+             use_raw: bool = True) -> int:  # fmt: skip
+        """The next (or previous) node along the current path, from the cursor, where the chosen
+        token's probability was below ``below_prob`` or the entropy above ``above_bits``."""
+        path = self.path(self._deepest_on_path())
+        here = path.index(self.cursor) if self.cursor in path else -1
+        order = path[here + 1 :] if forward else path[:here][::-1] if here > 0 else []
+        for nid in order:
+            n = self.nodes[nid]
+            p = n.raw_prob if use_raw else n.prob
+            if p < below_prob or n.entropy_raw > above_bits:
+                return self.goto(nid)
+        return self.cursor
+
+    def _deepest_on_path(self) -> int:
+        """The cursor followed down through first children: the path shown beyond the cursor."""
+        cur = self.cursor
+        while self.nodes[cur].children:
+            cur = self.nodes[cur].children[0]
+        return cur
+
+    # -- JSON --------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "prompt_ids": self.prompt_ids,
+            "settings": self.settings,
+            "seed": self.seed,
+            "cursor": self.cursor,
+            "nodes": [
+                {
+                    "id": n.id,
+                    "token_id": n.token_id,
+                    "text": n.text,
+                    "parent": n.parent,
+                    "raw_prob": n.raw_prob,
+                    "prob": n.prob,
+                    "logprob": n.logprob,
+                    "path_logprob": n.path_logprob,
+                    "entropy_raw": n.entropy_raw,
+                    "top": [list(t) for t in n.top],
+                }  # fmt: skip
+                for n in self.nodes.values()
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunTree:
+        return read_tree(data, cls)
