@@ -42,6 +42,7 @@ from engine.records import (
 from engine.sampling.build import PENALTIES, build_chain
 from engine.sampling.chain import Chain, apply_chain
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.step.kvcache import cache_kwargs, returned_cache
 
 
 @dataclass
@@ -138,14 +139,15 @@ class BeamSession(SessionBase):
             extra = {"encoder_outputs": encoder_out, "attention_mask": mask.repeat_interleave(n, 0)}
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
             start = torch.tensor([self.ids] * n, device=self.device)
-            out = model(decoder_input_ids=start, past_key_values=cache, use_cache=True, **extra)
+            passed = cache_kwargs(model, cache)
+            out = model(decoder_input_ids=start, **passed, use_cache=True, **extra)
             self.forward_passes += 1
-            return out.logits[:, -1, :].float(), out.past_key_values, extra
+            return out.logits[:, -1, :].float(), returned_cache(out), extra
         cache = DynamicCache(config=model.config)
         prompt = torch.tensor([self.ids], device=self.device)
-        out = model(input_ids=prompt, past_key_values=cache, use_cache=True)
+        out = model(input_ids=prompt, **cache_kwargs(model, cache), use_cache=True)
         self.forward_passes += 1
-        cache = out.past_key_values
+        cache = returned_cache(out)
         cache.batch_repeat_interleave(n)  # the prompt is computed once, copied for each beam
         return out.logits[:, -1, :].float().expand(n, -1), cache, {}
 
@@ -154,9 +156,10 @@ class BeamSession(SessionBase):
     ) -> tuple[torch.Tensor, Any]:
         """tokens: [N] -> logits [N, vocab]."""
         key = "decoder_input_ids" if self.is_encoder_decoder else "input_ids"
-        out = self.model(**{key: tokens[:, None]}, past_key_values=cache, use_cache=True, **extra)
+        passed = cache_kwargs(self.model, cache)
+        out = self.model(**{key: tokens[:, None]}, **passed, use_cache=True, **extra)
         self.forward_passes += 1
-        return out.logits[:, -1, :].float(), out.past_key_values
+        return out.logits[:, -1, :].float(), returned_cache(out)
 
     # -- the search ---------------------------------------------------------------------------
 

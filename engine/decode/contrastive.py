@@ -33,6 +33,7 @@ from engine.records import (
 from engine.sampling.build import PENALTIES, build_chain
 from engine.sampling.chain import Chain
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
+from engine.step.kvcache import cache_kwargs, returned_cache
 
 
 class ContrastiveSession(SessionBase):
@@ -87,10 +88,11 @@ class ContrastiveSession(SessionBase):
     def _forward(self, ids: torch.Tensor, cache: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """ids: [rows, t] -> last logits [rows, vocab], last-layer hidden states [rows, t, H]."""
         out = self.model(
-            input_ids=ids, past_key_values=cache, use_cache=True, output_hidden_states=True
-        )
+            input_ids=ids, **cache_kwargs(self.model, cache), use_cache=True,
+            output_hidden_states=True,
+        )  # fmt: skip
         self.forward_passes += 1
-        return out.logits[:, -1, :].float(), out.hidden_states[-1].float(), out.past_key_values
+        return out.logits[:, -1, :].float(), out.hidden_states[-1].float(), returned_cache(out)
 
     def _advance(self, room: int) -> Iterator[Record]:
         yield from self._step()

@@ -86,7 +86,7 @@ def _grow(tree: RunTree, nid: int, logp: torch.Tensor, after: torch.Tensor, opts
 def _setup(bundle: Any, tree: RunTree, settings: Any) -> tuple[Any, Callable[[int], str]]:
     chain = None
     if settings is not None:
-        from engine.sampling.processors import build_chain
+        from engine.sampling.build import build_chain
 
         chain = build_chain(settings, len(tree.prompt_ids), bundle.eos_token_ids,
                             tokenizer=bundle.tokenizer)  # fmt: skip
