@@ -31,10 +31,8 @@ def apply_theme(w: MainWindow, name: str) -> None:
 def apply_zoom(w: MainWindow, points: int) -> None:
     """Every text follows the zoom: widgets, the token pane, and the plots' ticks, axis titles,
     labels and keys (the presentation view adds its bonus on top)."""
-    from gui.presentation import text_points
-
     w.font_pt = max(8, min(32, points))
-    pt = text_points(w)
+    pt = w.text_points()  # the presentation view's size when it is on
     font = QFont(w.font())
     font.setPointSize(pt)
     app = QApplication.instance()
