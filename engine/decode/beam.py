@@ -26,9 +26,9 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from engine.decode.base import Record, SessionBase
 from engine.decode.beam_group import Advance, BeamGroup, BeamRules, Candidates
 from engine.decode.measure import measure
-from engine.decode.session import Record, SessionBase
 from engine.models.device import model_device
 from engine.records import (
     BEAM,
