@@ -68,6 +68,7 @@ class BeamSession(SessionBase):
 
     method = BEAM
     num_beam_groups = 1  # plain beam search is one group; group beam search sets more
+    sampler: Chain  # the penalty stages, run over every beam by apply_chain (_chain_for)
 
     def __init__(
         self,
