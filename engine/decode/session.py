@@ -44,14 +44,15 @@ class GenerationSession(SessionBase):
     """Token-by-token generation with full per-step records.
 
     ``prompt_ids`` are the decoder-only prompt, or the encoder input of an encoder-decoder model
-    (whose decoder then starts at ``decoder_start_token_id``).
+    (whose decoder then starts at ``decoder_start_token_id``). ``model`` None: a source with no
+    local model (a served one), which gives ``start`` and ``vocab`` and overrides the source.
     """
 
     method = SAMPLING
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: torch.nn.Module | None,
         prompt_ids: Sequence[int],
         settings: SamplerSettings | Sampler = DEFAULT_SETTINGS,
         *,
