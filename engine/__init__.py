@@ -17,12 +17,13 @@ The data path from prompt to step record:
     2. models.loading.ModelBundle.encode_prompt(text)     prompt (+ chat template) -> ids
     3. drivers.workbench.make_session(...)                 the method's session over those ids
     4. sampling.build.build_chain(settings)                stages that are not neutral -> Chain
-    5. decode.session.SessionBase.stream()                 the one loop: _advance() per token
+    5. decode.base.SessionBase.stream()                    the one loop: _advance() per token
     6. step.stepper.Stepper.logits(ids)                    ids -> [1, vocab] logits (KV cached)
     7. Chain.probs(ids, logits) -> probs, cut              every stage, recording who cut what
     8. Chain.pick(probs, generator)                        argmax (greedy) or a seeded draw
     9. decode.measure.measure(...)                         top-N, ranks, entropies: one host copy
-    10. SessionBase._make_step(...) -> records.Step        frozen record -> worker -> run store
+    10. SessionBase._append(...) -> records.Step           Chain.accept (mirostat), then the
+                                                           frozen record -> worker -> run store
 
 The names below load on first use (PEP 562), so ``import engine.records`` or
 ``engine.sampling.settings`` does not pull in torch and transformers: the window opens first and

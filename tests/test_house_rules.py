@@ -29,7 +29,6 @@ UI_BUILDING = {
 # Still to split (issue 23): path or path:function -> its size today, the most it may have.
 DEBT: dict[str, int] = {
     "engine/classroom/lessons.py": 468,
-    "engine/decode/session.py": 478,
     "engine/drivers/bench.py": 639,
     "gui/widgets/sampler_panel.py": 562,
     "gui/window.py": 538,
@@ -37,8 +36,6 @@ DEBT: dict[str, int] = {
     "engine/classroom/share.py:run_to_html": 76,
     "engine/cli/generate.py:register": 70,
     "engine/cli/generate.py:run_local": 91,
-    "engine/decode/measure.py:measure": 67,
-    "engine/decode/speculative.py:SpeculativeSession._round": 63,
     "engine/step/fast_t5.py:T5FastStepper.__init__": 70,
     "gui/widgets/plots.py:DistributionPlot.set_step": 70,
     "gui/widgets/sampler_panel.py:SamplerPanel.__init__": 81,

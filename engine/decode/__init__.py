@@ -1,7 +1,8 @@
 """Decoding methods: from logits to tokens and ``Step`` records.
 
-``session`` holds ``SessionBase`` (ids, history, stop reasons, the one loop ``stream()``) and
-``GenerationSession`` (sampling token by token, force, branch, undo); ``measure`` copies what a
+``base`` holds ``SessionBase`` (ids, history, stop reasons, the one loop ``stream()``),
+``session`` ``GenerationSession`` (sampling token by token, force, branch, undo; one step body
+whose logits source a served session replaces); ``clock`` times a run; ``measure`` copies what a
 ``Step`` shows to the host in one go; ``beam`` (the one beam loop, over the groups of
 ``beam_group``), ``search`` (sampled and diverse beam search: that loop with one thing changed),
 ``contrastive`` and ``speculative`` are the other methods, each the same base plus its strategy.

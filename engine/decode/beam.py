@@ -26,9 +26,9 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from engine.decode.base import Record, SessionBase
 from engine.decode.beam_group import Advance, BeamGroup, BeamRules, Candidates
 from engine.decode.measure import measure
-from engine.decode.session import Record, SessionBase
 from engine.models.device import model_device
 from engine.records import (
     BEAM,
@@ -68,6 +68,7 @@ class BeamSession(SessionBase):
 
     method = BEAM
     num_beam_groups = 1  # plain beam search is one group; group beam search sets more
+    sampler: Chain  # the penalty stages, run over every beam by apply_chain (_chain_for)
 
     def __init__(
         self,

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine.decode.base import Record, SessionBase
 from engine.decode.measure import measure
-from engine.decode.session import Record, SessionBase
 from engine.models.device import model_device
 from engine.records import (
     CONTRASTIVE,
@@ -32,6 +32,7 @@ from engine.records import (
 )
 from engine.sampling.build import PENALTIES, build_chain
 from engine.sampling.chain import Chain
+from engine.sampling.sampler import StageReport
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 from engine.step.kvcache import cache_kwargs, returned_cache
 
@@ -131,9 +132,11 @@ class ContrastiveSession(SessionBase):
                            score.double()])[None]  # fmt: skip
         m = measure(logits, probs, token, self.top_n, cut, extra=extra)[0]  # one host copy
         elapsed = time.perf_counter() - start
-        return self._records(m, elapsed, fed, k)
+        return self._records(m, elapsed, fed, k, self.sampler.report())
 
-    def _records(self, m: Any, elapsed: float, fed: int, k: int) -> list[Record]:
+    def _records(
+        self, m: Any, elapsed: float, fed: int, k: int, report: StageReport
+    ) -> list[Record]:
         ids, p, deg, score = (m.extra[i * k : (i + 1) * k] for i in range(4))
         chosen = [int(i) for i in ids].index(m.token_id)
         show = self.text_track.show
@@ -158,7 +161,8 @@ class ContrastiveSession(SessionBase):
         )
         self._node = self._next_id + chosen
         self._next_id += k
-        step = self._append(m, elapsed, "contrastive", fed=fed)
+        # the penalties' word notes (DRY); numeric notes come from stages contrastive lacks
+        step = self._append(m, elapsed, "contrastive", fed=fed, report=report)
         step = self.history[-1] = _with_note(step, note)
         event = BeamEvent(depth, nodes, (self._node,), ())
         return [event, step]

@@ -6,13 +6,23 @@ picked, and the entropy before and after the sampler."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from engine.sampling.sampler import PenaltyTrace
+
 LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class PenaltiesAtTop:
+    """What the penalties did to the top-N candidates (``PenaltyTrace`` read at ``top_ids``)."""
+
+    before: tuple[float, ...]  # probability before the penalties
+    after: tuple[float, ...]  # and after them
+    changed_by: tuple[int, ...]  # index of the stage that last changed each, -1: none
 
 
 @dataclass(frozen=True)
@@ -31,8 +41,13 @@ class Measured:
     top_raw: tuple[float, ...]
     top_prob: tuple[float, ...]
     top_cut: tuple[int, ...]  # index of the chain stage that removed each, -1 if kept
-    top_extra: tuple[tuple[float, ...], ...] = ()  # each ``at_top`` row read at top_ids
-    extra: tuple[float, ...] = ()  # the ``extra`` block's row
+    penalties: PenaltiesAtTop | None = None  # None: no penalty stage ran
+    extra: tuple[float, ...] = ()  # the ``extra`` block's row (the stages' notes)
+    other_p: float | None = None  # raw mass the source did not show (a served model's tail)
+    entropy_lower_bound: bool = False  # entropy_raw counts that tail as one outcome
+
+
+_SCALARS = 8  # token, raw, prob, rank, survivors, entropy_raw, entropy, finite
 
 
 def measure(
@@ -42,16 +57,36 @@ def measure(
     top_n: int,
     cut: torch.Tensor | None = None,
     finite: torch.Tensor | None = None,
-    at_top: Sequence[torch.Tensor] = (),
+    penalties: PenaltyTrace | None = None,
     extra: torch.Tensor | None = None,
 ) -> list[Measured]:
     """logits, probs: [rows, vocab] (raw logits; probabilities after the chain); tokens: [rows]
     the chosen ids; cut: [rows, vocab] stage indices from the chain; finite: [rows] bool (default:
-    checked on ``logits``); at_top: more [rows, vocab] tensors to read at the top-N ids (what the
-    penalties did); extra: [rows, k] numbers to bring along (the stages' notes). One
+    checked on ``logits``); penalties: what the penalty stages did ([rows, vocab] each), read at
+    the top-N ids; extra: [rows, k] numbers to bring along (the stages' notes). One
     device-to-host copy for all rows."""
-    rows = logits.shape[0]
     n = min(top_n, logits.shape[-1])
+    columns = _columns(logits, probs, tokens, n, cut, finite)
+    top_ids = columns[8]
+    if penalties is not None:
+        trace = (penalties.before, penalties.after, penalties.changed_by)
+        columns += [t.gather(1, top_ids) for t in trace]
+    if extra is not None:
+        columns.append(extra.reshape(logits.shape[0], -1))
+    packed = torch.cat([c.double() for c in columns], dim=1).tolist()  # the one copy
+    return [_row(row, n, penalties is not None) for row in packed]
+
+
+def _columns(
+    logits: torch.Tensor,
+    probs: torch.Tensor,
+    tokens: torch.Tensor,
+    n: int,
+    cut: torch.Tensor | None,
+    finite: torch.Tensor | None,
+) -> list[torch.Tensor]:
+    """The per-row scalars, then the top-N blocks (ids, raw, processed, cut), on the device."""
+    rows = logits.shape[0]
     raw_logp = F.log_softmax(logits, dim=-1)
     raw = raw_logp.exp()
     top_raw, top_ids = torch.topk(raw, n, dim=-1)  # [rows, n]
@@ -62,7 +97,7 @@ def measure(
     top_cut = cut.gather(1, top_ids) if cut is not None else torch.full_like(top_ids, -1)
     # float64 keeps token ids exact; entropy of a one-hot row is -0.0: clamp_min keeps -0.0,
     # adding 0.0 makes it 0.0 (the window printed "-0.00 bits")
-    columns = [
+    return [
         tok,
         chosen_raw,
         probs.gather(1, tok),
@@ -75,30 +110,31 @@ def measure(
         top_raw,
         probs.gather(1, top_ids),
         top_cut,
-        *(t.gather(1, top_ids) for t in at_top),
     ]
-    if extra is not None:
-        columns.append(extra.reshape(rows, -1))
-    packed = torch.cat([c.double() for c in columns], dim=1).tolist()  # the one copy
-    out = []
-    for row in packed:
-        tops = row[8:]
-        out.append(
-            Measured(
-                token_id=int(row[0]),
-                raw_prob=row[1],
-                prob=row[2],
-                rank=int(row[3]),
-                survivors=int(row[4]),
-                entropy_raw=row[5],
-                entropy=row[6],
-                finite=row[7] == 1.0,
-                top_ids=tuple(int(i) for i in tops[:n]),
-                top_raw=tuple(tops[n : 2 * n]),
-                top_prob=tuple(tops[2 * n : 3 * n]),
-                top_cut=tuple(int(i) for i in tops[3 * n : 4 * n]),
-                top_extra=tuple(tuple(tops[(4 + j) * n : (5 + j) * n]) for j in range(len(at_top))),
-                extra=tuple(tops[(4 + len(at_top)) * n :]),
-            )
+
+
+def _row(row: list[float], n: int, with_penalties: bool) -> Measured:
+    """One row of the host copy as a record."""
+    tops = row[_SCALARS:]
+    block = [tops[j * n : (j + 1) * n] for j in range(7 if with_penalties else 4)]
+    penalties = None
+    if with_penalties:
+        penalties = PenaltiesAtTop(
+            tuple(block[4]), tuple(block[5]), tuple(int(i) for i in block[6])
         )
-    return out
+    return Measured(
+        token_id=int(row[0]),
+        raw_prob=row[1],
+        prob=row[2],
+        rank=int(row[3]),
+        survivors=int(row[4]),
+        entropy_raw=row[5],
+        entropy=row[6],
+        finite=row[7] == 1.0,
+        top_ids=tuple(int(i) for i in block[0]),
+        top_raw=tuple(block[1]),
+        top_prob=tuple(block[2]),
+        top_cut=tuple(int(i) for i in block[3]),
+        penalties=penalties,
+        extra=tuple(tops[len(block) * n :]),
+    )

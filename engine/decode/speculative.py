@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
-from engine.decode.measure import measure
-from engine.decode.session import Record, SessionBase
+from engine.decode.base import Record, SessionBase
+from engine.decode.measure import Measured, measure
 from engine.errors import DrafterMismatchError
 from engine.records import KEEP_FULL, SPEC_DRAFT, SPEC_NGRAM, SpeculativeReport
-from engine.sampling.chain import Sampler, pick
+from engine.sampling.chain import pick
+from engine.sampling.sampler import Sampler, StageReport
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 from engine.step.stepper import catch_up, make_stepper, to_feed
 
@@ -256,6 +257,8 @@ class SpeculativeSession(SessionBase):
 
     @torch.inference_mode()
     def _round(self, limit: int) -> list[Record]:
+        """Draft, verify all drafts in one target pass, keep the accepted ones and one token of
+        the target's own; the round's Steps, then its ``SpeculativeReport``."""
         start = time.perf_counter()
         room = limit - 1  # the round always adds one token of the target's own
         if self.max_context is not None:
@@ -263,7 +266,6 @@ class SpeculativeSession(SessionBase):
         k = 0 if self._first_target else max(0, min(self.gamma, room))
         self._first_target = False
         passes_before = self.drafter.forward_passes
-        self._set_mu(self._mu_now())  # the drafter proposes under the run's current mu
         drafts, q = (
             self.drafter.propose(self.ids, k, self.sampler, self.generator) if k else ([], None)
         )
@@ -278,7 +280,6 @@ class SpeculativeSession(SessionBase):
         self.stats.target_passes += 1
         self.stats.drafter_passes += self.drafter.forward_passes - passes_before
         accepted, hit_eos = self._accept(drafts, p, q)
-
         tokens = drafts[:accepted]
         sources = ["draft"] * accepted
         if not hit_eos:
@@ -286,76 +287,69 @@ class SpeculativeSession(SessionBase):
             q_at = q[accepted] if (q is not None and accepted < g) else None
             tokens.append(int(self._next_token(p[accepted], q_at, rejected)))
             sources.append("target")
-        n = len(tokens)
         chosen = torch.tensor(tokens, device=self.device)
-        if len(reports) == 1:  # one chain call for every row: one copy to the host
-            at_top, extra = _tensors(reports[0])
-            measured = measure(
-                logits[:n], p[:n], chosen, self.top_n, cut[:n], finite[:n],
-                [t[:n] for t in at_top], extra[:n] if extra is not None else None,
-            )  # fmt: skip
-        else:  # a chain call per row, each with its own notes: a copy per row
-            measured = []
-            for i in range(n):
-                rows = slice(i, i + 1)
-                measured += measure(
-                    logits[rows], p[rows], chosen[rows], self.top_n, cut[rows], finite[rows],
-                    *_tensors(reports[i]),
-                )  # fmt: skip
+        measured = self._measure_rows(logits, p, chosen, cut, finite, reports)
         elapsed = time.perf_counter() - start  # after the copy, which waits for the device
         steps: list[Record] = []
         for i, (m, source) in enumerate(zip(measured, sources, strict=True)):
-            mu = self._mu_now()
-            self._set_mu(mu)  # the step's notes name the mu its row was filtered under
-            if len(reports) > 1 and reports[i] is not None:
-                self.sampler.report = reports[i]  # type: ignore[attr-defined] - its own notes
-            step = self._append(m, elapsed / n, source, fed=fed)
-            if self._mirostat is not None:  # as in a plain session: kept in the history
-                step = self.history[-1] = replace(step, mu=self._mirostat.update_mu(mu, m.prob))
-            steps.append(step)
-            if step.is_eos:
+            report = reports[i] if len(reports) > 1 else reports[0]
+            steps.append(self._append(m, elapsed / len(tokens), source, fed=fed, report=report))
+            if steps[-1].is_eos:
                 break
         self.stats.generated += len(steps)
         self.stats.seconds += elapsed
         return [*steps, self.stats.report()]
 
-    @property
-    def _mirostat(self) -> Any:
-        return getattr(self.sampler, "mirostat", None)
-
-    def _mu_now(self) -> float | None:
-        """Mirostat's mu for the next token: the last step's, 2·tau at the start."""
-        mu, mirostat = self.mu, self._mirostat
-        return mu if mu is not None or mirostat is None else 2 * mirostat.tau
-
-    def _set_mu(self, mu: float | None) -> None:
-        """Filter the next rows with mirostat's ``mu`` (nothing to do without mirostat); the
-        chain's generator (XTC's draws) stays as it is."""
-        if self._mirostat is not None:
-            self.sampler.prepare(self.sampler.state.generator, mu)  # type: ignore[attr-defined]
+    def _measure_rows(
+        self,
+        logits: torch.Tensor,
+        p: torch.Tensor,
+        chosen: torch.Tensor,
+        cut: torch.Tensor,
+        finite: torch.Tensor,
+        reports: list[StageReport],
+    ) -> list[Measured]:
+        """The kept rows' numbers: one copy to the host when one chain call served every row,
+        else a copy per row (each with its own report)."""
+        n = len(chosen)
+        if len(reports) == 1:
+            report = reports[0]
+            block = report.note_block()
+            return measure(
+                logits[:n], p[:n], chosen, self.top_n, cut[:n], finite[:n],
+                report.penalties.head(n) if report.penalties is not None else None,
+                block[:n] if block is not None else None,
+            )  # fmt: skip
+        measured: list[Measured] = []
+        for i in range(n):
+            rows, report = slice(i, i + 1), reports[i]
+            measured += measure(
+                logits[rows], p[rows], chosen[rows], self.top_n, cut[rows], finite[rows],
+                report.penalties, report.note_block(),
+            )  # fmt: skip
+        return measured
 
     def _target_probs(
         self, full: list[int], base: int, logits: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
-        """The chain on each verified position: row i sees the ids before full[base + i], and
-        with mirostat the mu those ids leave (each draft's surprise moves it, as each token
-        does in a plain session; one host read per row, mirostat runs only). Returns the
-        probabilities, the stage that cut each token, and what the chain reported
-        (``engine.sampling.chain.ChainReport``, None for a sampler without one): one report for
-        all rows, or one per row when the chain ran row by row."""
-        mirostat = self._mirostat
-        if not self.sampler.uses_ids and mirostat is None:
-            probs, cut = self.sampler.probs(None, logits)
-            reports = [getattr(self.sampler, "report", None)]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[StageReport]]:
+        """The chain on each verified position: row i sees the ids before full[base + i] and,
+        with a stateful sampler (mirostat), the state the drafts before it leave (each draft
+        is accepted into a copy of the run's state, as each token is in a plain session; one
+        host read per row). Returns the probabilities, the stage that cut each token, and
+        what the stages reported: one report for all rows, or one per row."""
+        sampler = self.sampler
+        if not sampler.uses_ids and not sampler.stateful:
+            probs, cut = sampler.probs(None, logits)
+            reports = [sampler.report()]
         else:
-            rows, reports, mu = [], [], self._mu_now()
+            rows, reports, state = [], [], sampler.snapshot()
             for i, row in enumerate(logits):
                 ids = torch.tensor([full[: base + i]], device=self.device)
-                self._set_mu(mu)
-                rows.append(self.sampler.probs(ids if self.sampler.uses_ids else None, row[None]))
-                reports.append(getattr(self.sampler, "report", None))
-                if mirostat is not None and base + i < len(full):
-                    mu = mirostat.update_mu(mu, float(rows[-1][0][0, full[base + i]]))
+                rows.append(sampler.probs(ids if sampler.uses_ids else None, row[None]))
+                reports.append(sampler.report())
+                if sampler.stateful and base + i < len(full):
+                    sampler.accept(full[base + i], float(rows[-1][0][0, full[base + i]]))
+            sampler.restore(state)  # the kept tokens are accepted as their Steps are made
             probs = torch.cat([r[0] for r in rows])
             cut = torch.cat([r[1] for r in rows]) if rows[0][1] is not None else None
         if cut is None:
@@ -410,11 +404,6 @@ class SpeculativeSession(SessionBase):
         if total <= 0:  # p == q exactly: any draw from p is exact
             return pick(p, False, self.generator)
         return pick(residual / total, False, self.generator)
-
-
-def _tensors(report: Any) -> tuple[list[torch.Tensor], torch.Tensor | None]:
-    """What a chain reported, as ``measure`` takes it (nothing for a sampler without reports)."""
-    return report.tensors() if report is not None else ([], None)
 
 
 def check_same_tokenizer(target_tokenizer: Any, draft_tokenizer: Any) -> None:

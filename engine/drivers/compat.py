@@ -20,6 +20,7 @@ padded buffer is preallocated).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -34,10 +35,11 @@ from engine.decode.speculative import (
 )
 from engine.errors import DrafterMismatchError, EmptyPromptError
 from engine.models.device import context_length
-from engine.records import SpeculativeReport, Step
+from engine.records import SpeculativeReport, StageNote, Step
 from engine.sampling.base import LogitsProcessor
 from engine.sampling.chain import apply_chain
 from engine.sampling.checks import is_number
+from engine.sampling.sampler import NO_REPORT, Sampler, SamplerState, StageReport
 from engine.sampling.truncation import TopK, TopP
 
 
@@ -120,21 +122,43 @@ class TopKNucleusProcessor(CompatProcessor):
         return [self.top_k, self.top_p]
 
 
-class CompatSampler:
-    """A reference processor as a session's sampler: it draws with its own generator."""
+class CompatSampler(Sampler):
+    """A reference processor as a session's sampler: it draws with its own generator and has
+    no stages to report and no state to carry."""
 
     uses_ids = False
+    stateful = False
     labels: tuple[str, ...] = ()
 
     def __init__(self, processor: CompatProcessor) -> None:
         self.processor = processor
-        self.greedy = bool(getattr(processor, "greedy", False))
+        self.greedy = processor.greedy
+
+    def prepare(self, generator: torch.Generator | None) -> None:
+        """Nothing to seed: the processor keeps its own generator (the reference's rule)."""
 
     def probs(self, input_ids: torch.Tensor | None, logits: torch.Tensor) -> tuple[Any, None]:
         return self.processor(logits), None
 
     def pick(self, probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         return self.processor.sample(probs[None]).reshape(1)
+
+    def report(self) -> StageReport:
+        return NO_REPORT
+
+    def notes(
+        self, report: StageReport, values: Sequence[float], show: Callable[[int], str]
+    ) -> tuple[StageNote, ...]:
+        return ()
+
+    def accept(self, token: int, prob: float) -> None:
+        """Stateless."""
+
+    def snapshot(self) -> SamplerState:
+        return SamplerState()
+
+    def restore(self, state: SamplerState) -> None:
+        """Stateless."""
 
 
 # --------------------------------------------------------------------------------------------

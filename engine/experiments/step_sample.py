@@ -124,9 +124,7 @@ def next_distribution(session: GenerationSession) -> tuple[torch.Tensor, torch.T
             ids = torch.tensor([session.ids], dtype=torch.long, device=session.device)
         generator = torch.Generator(device=session.device)
         generator.manual_seed(step_seed(session.seed, len(session.history)))
-        prepare = getattr(session.sampler, "prepare", None)
-        if prepare is not None:
-            prepare(generator, session.mu)
+        session.sampler.prepare(generator)  # the sampler's state is the session's (mu)
         probs, _cut = session.sampler.probs(ids, logits)
     return logits[0], probs[0]
 

@@ -19,8 +19,9 @@ class Mirostat(LogitsProcessor):
     the Zipf exponent s from the top m = 100 probabilities (least squares of
     ln(p_i / p_i+1) on ln((i + 2) / (i + 1))), then keeps the top
     k = ((s - 1) · 2^mu / (1 - N^(1 - s))) ^ (1 / s) tokens (N the vocabulary size, k >= 1).
-    After the token is drawn, mu <- mu - eta · (surprise of the drawn token - tau): the session
-    does this with the drawn token's final probability (``update_mu``); mu starts at 2·tau.
+    After the token is drawn, mu <- mu - eta · (surprise of the drawn token - tau): the chain's
+    ``accept`` does this with the drawn token's final probability (``update_mu``); mu starts at
+    2·tau.
     Ties at v1's cut: the lower token id ranks first."""
 
     needs_state = True
@@ -76,7 +77,10 @@ class Mirostat(LogitsProcessor):
         return scores.masked_fill(remove, NEG_INF)
 
     def note(self, before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
-        return (after != NEG_INF).sum(-1, keepdim=True)
+        # The mu travels with the count: the words name the mu this row was filtered under,
+        # whatever the chain's mu is by the time they are written (speculative rows).
+        kept = (after != NEG_INF).sum(-1, keepdim=True).double()
+        return torch.cat([kept, torch.full_like(kept, self.mu)], dim=-1)
 
     def describe(self, values: Sequence[float], show: Callable[[int], str]) -> str:
-        return f"mu {self.mu:.2f}: kept {int(values[0])}"
+        return f"mu {values[1]:.2f}: kept {int(values[0])}"

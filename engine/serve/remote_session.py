@@ -28,19 +28,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from engine.decode.measure import Measured
-from engine.decode.session import GenerationSession, RunClock, SessionBase, step_seed
+from engine.decode.base import SessionBase
+from engine.decode.measure import Measured, PenaltiesAtTop
+from engine.decode.session import GenerationSession, StepLogits
 from engine.errors import EmptyPromptError
 from engine.models.catalog import served_source
 from engine.models.loading import DECODER_ONLY, ModelBundle
-from engine.models.prompt import as_id_list
-from engine.models.text import TextTrack
+from engine.models.prompt import DecodeStart, as_id_list
 from engine.records import KEEP_FULL, SAMPLING, SERVED_STREAM, Candidate, Step
+from engine.sampling.sampler import StageReport
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 from engine.serve.remote import KeySource, RemoteClient, ServedToken, ServerTokenizer
 
@@ -63,7 +64,10 @@ def top_n_math(logprobs: Sequence[float]) -> TopNMath:
     return TopNMath(raw, other, max(0.0, h / LN2))
 
 
-def _prompt(prompt_ids: Sequence[int], max_context: int | None) -> list[int]:
+def _served_start(
+    prompt_ids: Sequence[int], eos_token_ids: int | Iterable[int] | None, max_context: int | None
+) -> DecodeStart:
+    """Where a served run starts: the prompt checked against the served context."""
     prompt = [int(i) for i in prompt_ids]
     if not prompt:
         raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
@@ -72,13 +76,22 @@ def _prompt(prompt_ids: Sequence[int], max_context: int | None) -> list[int]:
             f"The prompt has {len(prompt)} tokens but the served model's context holds "
             f"{max_context}: shorten the prompt."
         )
-    return prompt
+    return DecodeStart(False, tuple(as_id_list(eos_token_ids)), [], prompt, max_context)
+
+
+@dataclass(frozen=True)
+class ServedLogits(StepLogits):
+    """The served source's logits (its top-N log-probabilities, the tail -inf) and the top-N
+    as the server listed them (their true probabilities are read from there)."""
+
+    top: tuple[ServedToken, ...] = ()
 
 
 class RemoteSession(GenerationSession):
     """Explore mode: the server gives the top-N, our chain picks. ``n_logprobs``: candidates
     asked per step (the server's limit; vLLM's default --max-logprobs is 20). ``top_n``:
-    candidates kept in each Step (at most ``n_logprobs``)."""
+    candidates kept in each Step (at most ``n_logprobs``). Only the logits source differs from
+    ``GenerationSession``: ``_logits`` asks the server, ``_measure`` reads the top-N it gave."""
 
     method = SAMPLING
 
@@ -97,40 +110,24 @@ class RemoteSession(GenerationSession):
         keep_candidates: int | None = KEEP_FULL,
         seed: int | None = None,
     ) -> None:
-        # GenerationSession's choices (force, branch, undo, redo) and SessionBase's loop are
-        # reused as they are; what they read is set here, with no local model or KV cache.
         if n_logprobs < 1 or top_n < 1:
             raise ValueError("n_logprobs and top_n must be >= 1")
         self.client = client
-        self.model = None
-        self.tokenizer = tokenizer
         self.n_logprobs = int(n_logprobs)
-        self.top_n = min(int(top_n), self.n_logprobs)
-        self.is_encoder_decoder = False
-        self.encoder_ids: list[int] = []
-        self.eos_token_ids = tuple(as_id_list(eos_token_ids))
-        self.max_context = max_context
-        self.ids = _prompt(prompt_ids, max_context)
-        self.prompt_length = len(self.ids)
-        self.vocab_size = vocab_size or 0  # 0: unknown, ids are checked by the server
-        self.keep_candidates = keep_candidates
-        self.text_track = TextTrack(tokenizer)
-        self.history: list[Step] = []
-        self.finished = False
-        self.stop_reason: str | None = None
-        self._settings: SamplerSettings | None = None
-        self.settings = settings
-        self.clock = RunClock()
-        self.device = torch.device("cpu")
+        super().__init__(
+            None, prompt_ids, settings, tokenizer=tokenizer, eos_token_ids=eos_token_ids,
+            top_n=min(int(top_n), self.n_logprobs), max_context=max_context,
+            keep_candidates=keep_candidates, seed=seed,
+            start=_served_start(prompt_ids, eos_token_ids, max_context),
+            vocab=vocab_size or 0,  # 0: unknown, ids are checked by the server
+        )  # fmt: skip
+
+    def _open_source(self, use_cache: bool, fast: bool) -> torch.device:
+        """No local model or KV cache: the server, whose prefix cache finds the kept prefix."""
         self.fast = False
-        self._seed = seed
-        self._forced: int | None = None
-        self._generator = torch.Generator()
-        self._undo: list[tuple[int, list[Step]]] = []
-        self._redo: list[tuple[int, list[Step]]] = []
         self.server_requests = 0
         self.latencies: list[float] = []  # seconds per next_token request
-        self._other: float | None = None
+        return torch.device("cpu")
 
     @property
     def forward_passes(self) -> int:
@@ -154,12 +151,9 @@ class RemoteSession(GenerationSession):
             if self._settings is not None:
                 self.settings = self._settings  # min-new-tokens must know the new EOS id
 
-    @torch.inference_mode()
-    def step(self) -> Step:
-        """Ask the server for the next position and sample from it with our chain."""
-        if self.finished:
-            raise RuntimeError("Generation has finished; branch or rewind to continue.")
-        start = time.perf_counter()
+    def _logits(self) -> ServedLogits:
+        """The next position's top-N log-probabilities from the server, as logits whose tail
+        is -inf (the chain sees the top-N renormalised)."""
         fed = len(self.ids) if not self.server_requests else 1
         self.server_requests += 1
         served = self.client.next_token(self.ids, self.n_logprobs)
@@ -167,58 +161,41 @@ class RemoteSession(GenerationSession):
         self._learn_stop(served)
         top = served.top[: self.n_logprobs] or (ServedToken(served.token_id, served.logprob, ()),)
         cand = torch.tensor([t.token_id for t in top], dtype=torch.long)  # [n]
-        forced, self._forced = self._forced, None
-        size = max(int(cand.max()), max(self.ids), forced or 0, self.vocab_size - 1) + 1
+        # room for every id the chain may read or a forced token may take
+        size = max(int(cand.max()), max(self.ids), self._forced or 0, self.vocab_size - 1) + 1
         logits = torch.full((1, size), -math.inf)  # [1, vocab]: the tail is unknown
         logits[0, cand] = torch.tensor([t.logprob for t in top], dtype=torch.float32)
-        ids = torch.tensor([self.ids], dtype=torch.long) if self.sampler.uses_ids else None
-        # As in GenerationSession.step: the step's generator is seeded before the chain (XTC
-        # draws from it), stateful stages get their state, mirostat's mu is kept in the Step.
-        self._generator.manual_seed(step_seed(self.seed, len(self.history)))
-        prepare = getattr(self.sampler, "prepare", None)
-        if prepare is not None:
-            prepare(self._generator, self.mu)
-        probs, cut = self.sampler.probs(ids, logits)  # [1, vocab]
-        if forced is not None:
-            token, source = forced, "forced"
-        else:
-            token = int(self.sampler.pick(probs[0], self._generator))
-            source = "greedy" if self.sampler.greedy else "sample"
-        m = self._measure(top, probs[0], cut[0] if cut is not None else None, token)
-        self._other = top_n_math([t.logprob for t in top]).other
-        elapsed = time.perf_counter() - start
-        step = self._append(m, elapsed, source, forced=forced is not None, fed=fed)
-        next_mu = getattr(self.sampler, "next_mu", None)
-        mu = next_mu(m.prob) if next_mu is not None else None
-        if mu is not None:
-            step = self.history[-1] = replace(step, mu=mu)
-        return step
+        return ServedLogits(logits, torch.ones(1, dtype=torch.bool), fed, tuple(top))
 
     def _measure(
-        self, top: Sequence[Any], probs: torch.Tensor, cut: torch.Tensor | None, token: int
+        self,
+        source: StepLogits,
+        probs: torch.Tensor,
+        token: torch.Tensor,
+        cut: torch.Tensor | None,
+        report: StageReport,
     ) -> Measured:
         """The Step's numbers from the N candidates (true raw probabilities, not renormalised)."""
+        assert isinstance(source, ServedLogits)  # _logits made it
+        top, row, chosen = source.top, probs[0], int(token)
         math_ = top_n_math([t.logprob for t in top])
         ids = [t.token_id for t in top]
-        post = probs[torch.tensor(ids)].double().tolist()
-        cuts = cut[torch.tensor(ids)].tolist() if cut is not None else [-1] * len(ids)
-        kept = probs[probs > 0].double()
+        at = torch.tensor(ids)
+        post = row[at].double().tolist()
+        cuts = cut[0, at].tolist() if cut is not None else [-1] * len(ids)
+        kept = row[row > 0].double()
         entropy = float(-(kept * kept.log()).sum() / LN2) if kept.numel() else 0.0
-        rank = ids.index(token) + 1 if token in ids else len(ids) + 1
+        rank = ids.index(chosen) + 1 if chosen in ids else len(ids) + 1
         n = self.top_n
-        # What the stages report (penalties at the candidates, notes such as XTC's), as the
-        # local session reads them in engine.decode.measure.
-        report = getattr(self.sampler, "report", None)
-        at_top, extra = report.tensors() if report is not None else ((), None)
-        top_ids = torch.tensor(ids[:n])
+        block = report.note_block()
         return Measured(
-            top_extra=tuple(tuple(t[0, top_ids].double().tolist()) for t in at_top),
-            extra=tuple(extra.reshape(-1).double().tolist()) if extra is not None else (),
-            token_id=token,
+            penalties=_penalties_at(report, at[:n]),
+            extra=tuple(block.reshape(-1).double().tolist()) if block is not None else (),
+            token_id=chosen,
             raw_prob=math_.raw[rank - 1] if rank <= len(ids) else 0.0,
-            prob=float(probs[token]) if token < probs.shape[0] else 0.0,
+            prob=float(row[chosen]) if chosen < row.shape[0] else 0.0,
             rank=rank,
-            survivors=int((probs > 0).sum()),
+            survivors=int((row > 0).sum()),
             entropy_raw=math_.entropy_raw,
             entropy=max(0.0, entropy),
             finite=True,
@@ -226,11 +203,20 @@ class RemoteSession(GenerationSession):
             top_raw=math_.raw[:n],
             top_prob=tuple(post[:n]),
             top_cut=tuple(int(c) for c in cuts[:n]),
+            other_p=math_.other,
+            entropy_lower_bound=True,
         )
 
-    def _make_step(self, m: Measured, *args: Any, **kwargs: Any) -> Step:
-        step = super()._make_step(m, *args, **kwargs)
-        return replace(step, other_p=self._other, entropy_lower_bound=True)
+
+def _penalties_at(report: StageReport, ids: torch.Tensor) -> PenaltiesAtTop | None:
+    """What the penalties did to the shown candidates, as the local session reads it."""
+    trace = report.penalties
+    if trace is None:
+        return None
+    before, after = trace.before[0, ids].double().tolist(), trace.after[0, ids].double().tolist()
+    return PenaltiesAtTop(
+        tuple(before), tuple(after), tuple(int(b) for b in trace.changed_by[0, ids].tolist())
+    )
 
 
 class RemoteStreamSession(SessionBase):
@@ -254,26 +240,14 @@ class RemoteStreamSession(SessionBase):
         keep_candidates: int | None = KEEP_FULL,
     ) -> None:
         self.client = client
-        self.model = None
-        self.tokenizer = tokenizer
         self.n_logprobs = int(n_logprobs)
-        self.top_n = min(int(top_n), self.n_logprobs)
-        self.is_encoder_decoder = False
-        self.encoder_ids: list[int] = []
-        self.eos_token_ids = tuple(as_id_list(eos_token_ids))
-        self.max_context = max_context
-        self.ids = _prompt(prompt_ids, max_context)
-        self.prompt_length = len(self.ids)
-        self.vocab_size = 0
-        self.keep_candidates = keep_candidates
-        self.text_track = TextTrack(tokenizer)
-        self.history: list[Step] = []
-        self.finished = False
-        self.stop_reason: str | None = None
-        self._settings: SamplerSettings | None = None
-        self.settings = settings
-        self.clock = RunClock()
         self.server_requests = 0
+        super().__init__(
+            None, prompt_ids, settings, tokenizer=tokenizer, eos_token_ids=eos_token_ids,
+            top_n=min(int(top_n), self.n_logprobs), max_context=max_context,
+            keep_candidates=keep_candidates,
+            start=_served_start(prompt_ids, eos_token_ids, max_context), vocab=0,
+        )  # fmt: skip
 
     @property
     def forward_passes(self) -> int:

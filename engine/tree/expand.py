@@ -57,7 +57,7 @@ def _distributions(bundle: Any, tree: RunTree, logits: torch.Tensor, seqs: list[
     if chain is None:
         return logp, logp.exp()
     ids = torch.tensor([[*tree.prompt_ids, *s] for s in seqs], device=logits.device)
-    chain.prepare(None, None)
+    chain.prepare(None)
     after, _ = chain.probs(ids, logits.clone())
     return logp, after
 

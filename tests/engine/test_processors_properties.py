@@ -104,7 +104,7 @@ def test_any_chain_gives_a_distribution_and_draws_reproducibly(s, row, history, 
     draws = []
     for _ in range(2):
         g = torch.Generator().manual_seed(seed)
-        chain.prepare(g, None)
+        chain.prepare(g)
         probs, _ = chain.probs(ids, scores)
         assert torch.isfinite(probs).all() and (probs > 0).any()
         assert abs(probs.sum().item() - 1) < 1e-4

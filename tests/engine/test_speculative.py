@@ -26,6 +26,7 @@ from engine.drivers.compat import (
     speculative_generate_encoder_decoder,
 )
 from engine.records import SpeculativeReport, Step
+from engine.sampling.sampler import SamplerState
 from engine.step.stepper import ModelStepper
 from tiny_models import tiny_gpt2, tiny_llama, tiny_t5
 
@@ -262,7 +263,8 @@ def test_mirostat_mu_moves_with_every_token_of_a_speculative_run(drafter):
     for step in steps:
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0, -1:].float()
-        chain.prepare(None, mu)
+        chain.prepare(None)
+        chain.restore(SamplerState(mu))
         probs, _ = chain.probs(None, logits)
         assert probs[0, step.token_id].item() == pytest.approx(step.prob, abs=1e-5)
         assert int((probs[0] > 0).sum()) == step.survivors

@@ -164,8 +164,8 @@ def test_live_settings_apply_during_a_speculative_run(qtbot, window, tiny_dir):
 
 @pytest.mark.parametrize("method", ["sampling", "beam", "spec_ngram"])
 def test_tokenising_and_session_building_happen_on_the_worker(qtbot, window, tiny_dir, method):
+    from engine.decode.base import SessionBase
     from engine.decode.beam import BeamSession
-    from engine.decode.session import SessionBase
     from engine.models.loading import ModelBundle
 
     load(qtbot, window, tiny_dir)
