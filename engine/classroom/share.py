@@ -255,6 +255,48 @@ def _settings_dict(settings: Any) -> dict[str, Any]:
     }
 
 
+# Nothing but this page's own style and script (by hash): no network, no other scripts.
+_CSP = (
+    "default-src 'none'; "
+    f"script-src {_csp_hash(_SCRIPT)}; style-src {_csp_hash(_STYLE)}; "
+    "img-src 'none'; connect-src 'none'; base-uri 'none'; form-action 'none'"
+)
+
+
+_LEGEND = "".join(f'<span class="chip b{k}">{10 * k}-{10 * (k + 1)}%</span>' for k in range(10))
+
+
+def _spans(steps: Sequence[Step]) -> str:
+    """The generated text, one focusable span per token, coloured by its band."""
+    return "".join(
+        f'<span class="tok b{band(s.raw_prob)}" data-i="{i}" tabindex="0">'
+        f"{html.escape(s.text or s.token_str)}</span>"
+        for i, s in enumerate(steps)
+    )
+
+
+def _settings_rows(settings: dict[str, Any]) -> str:
+    e = html.escape
+    return "".join(
+        f"<tr><td>{e(str(k))}</td><td>{e(str(v))}</td></tr>" for k, v in settings.items()
+    )
+
+
+def _page_data(prompt: str, model: str, method: str, settings: dict[str, Any],
+               steps: Sequence[Step], top_n: int) -> dict[str, Any]:  # fmt: skip
+    """The run as the page's script reads it (embedded as JSON)."""
+    return {
+        "format": "decoding-lab-share/1",
+        "model": model,
+        "method": method,
+        "prompt": prompt,
+        "settings": settings,
+        "tip_rows": TIP_ROWS,
+        "label_chars": LABEL_CHARS,
+        "steps": [_step_data(s, top_n) for s in steps],
+    }
+
+
 def run_to_html(
     prompt: str,
     model: str,
@@ -269,38 +311,16 @@ def run_to_html(
     ``run_to_json``, plus the method). ``settings``: a dict or a ``SamplerSettings``."""
     e = html.escape  # quote=True: safe in text and in attribute values
     settings = _settings_dict(settings)
-    data = {
-        "format": "decoding-lab-share/1",
-        "model": model,
-        "method": method,
-        "prompt": prompt,
-        "settings": settings,
-        "tip_rows": TIP_ROWS,
-        "label_chars": LABEL_CHARS,
-        "steps": [_step_data(s, top_n) for s in steps],
-    }
-    spans = "".join(
-        f'<span class="tok b{band(s.raw_prob)}" data-i="{i}" tabindex="0">'
-        f"{e(s.text or s.token_str)}</span>"
-        for i, s in enumerate(steps)
-    )
-    legend = "".join(f'<span class="chip b{k}">{10 * k}-{10 * (k + 1)}%</span>' for k in range(10))
-    rows = "".join(
-        f"<tr><td>{e(str(k))}</td><td>{e(str(v))}</td></tr>" for k, v in settings.items()
-    )
+    data = _page_data(prompt, model, method, settings, steps, top_n)
+    spans, legend, rows = _spans(steps), _LEGEND, _settings_rows(settings)
     method_html = f' · Method: <b id="method">{e(RUN_METHODS.get(method, method))}</b>'
     method_html = method_html if method else ""
     text = "".join(s.text for s in steps)
-    csp = (
-        "default-src 'none'; "
-        f"script-src {_csp_hash(_SCRIPT)}; style-src {_csp_hash(_STYLE)}; "
-        "img-src 'none'; connect-src 'none'; base-uri 'none'; form-action 'none'"
-    )
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{e(csp)}">
+<meta http-equiv="Content-Security-Policy" content="{e(_CSP)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="Decoding Lab">
 <title>{e(title)}</title>
