@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from engine.classroom.lesson_files import MAX_PATH_CHARS
 from engine.sampling.checks import RULES
 from engine.sampling.settings import ORDERS, SWEEPABLE, SamplerSettings
 from engine.validate import InputError
@@ -33,13 +34,17 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "samples": 1000,  # action sample_step: draws of the next token (at most 100,000)
     "sweep_setting": "temperature",  # action sweep: the setting it varies
     "sweep_values": (),  # and its values, in order (action sweep needs some)
+    "tree_file": None,  # action tree: a decoding-lab-tree/1 file, relative to resources/
+    "text": None,  # action score: the text the model reads, after the stage's prompt
 }
 MAX_SAMPLES, MAX_SWEEP_VALUES = 100_000, 12
+MAX_SCORE_CHARS = 2000  # action score: a paragraph for a class to read, not a book
 # name -> (minimum, maximum): the maxima are engine.validate.limits', named in the message
 _INT_OPTIONS = {
     "num_beams": (1, MAX_BEAMS), "gamma": (1, MAX_GAMMA), "top_n": (1, MAX_TOP_N),
     "limit": (1, MAX_NEW_TOKENS), "samples": (1, MAX_SAMPLES),
 }  # fmt: skip
+_TEXT_OPTIONS = {"tree_file": MAX_PATH_CHARS, "text": MAX_SCORE_CHARS}  # name -> most chars
 SETTING_NAMES = tuple(f.name for f in fields(SamplerSettings))
 
 
@@ -195,6 +200,8 @@ def read_options(reader: Reader, node: yaml.Node, where: str, base: dict[str, An
             value = reader.choice(value_node, here, SWEEPABLE)
         elif name == "sweep_values":
             value = _sweep_values(reader, value_node, here)
+        elif name in ("tree_file", "text"):  # the file itself is read by the stage's check
+            value = _bounded_text(reader, value_node, here, _TEXT_OPTIONS[name])
         elif name in _INT_OPTIONS and not (name == "limit" and value is None):
             least, most = _INT_OPTIONS[name]
             if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
@@ -205,6 +212,17 @@ def read_options(reader: Reader, node: yaml.Node, where: str, base: dict[str, An
                 )  # fmt: skip
         out[name] = value
     return out
+
+
+def _bounded_text(reader: Reader, node: yaml.Node, where: str, most: int) -> str:
+    value = reader.value(node)
+    if not isinstance(value, str) or not value.strip():
+        raise reader.fail(node, where, f"expected some text, got {show(value)}")
+    if len(value) > most:
+        raise reader.fail(node, where, f"{len(value)} characters, over the bound of {most}")
+    # a YAML block ends in a newline the teacher did not mean to score; a leading space is
+    # part of the first token (" Paris"), so only the end is trimmed
+    return value.rstrip()
 
 
 def _sweep_values(reader: Reader, node: yaml.Node, where: str) -> tuple[float, ...]:

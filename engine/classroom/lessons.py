@@ -14,13 +14,13 @@ The field reference is in the README's section for teachers, and the shipped les
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from engine.classroom.lesson_files import RESOURCES_DIR, LessonFileError, read_tree_file
 from engine.classroom.lesson_reader import (
     OPTION_DEFAULTS,
     LessonError,
@@ -33,10 +33,10 @@ from engine.classroom.lesson_reader import (
 )
 from engine.records import RUN_METHODS, SAMPLING, SPEC_DRAFT
 from engine.sampling.settings import SamplerSettings
+from engine.tree import RunTree
 from engine.validate.limits import MAX_LESSON_BYTES
 
-_BASE = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
-LESSONS_DIR = _BASE / "resources" / "lessons"
+LESSONS_DIR = RESOURCES_DIR / "lessons"
 
 # Which plot or tab a stage brings to the front.
 FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED = "distribution", "entropy", "speed"
@@ -45,10 +45,14 @@ FOCUSES = (FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED, FOCUS_BEAM_TREE, FOCU
 
 # What the teacher presses once the stage is set up. The experiments (engine.experiments):
 # sample the next step ``samples`` times; run ``sweep_setting`` at each of ``sweep_values``.
+# The multiverse (engine.tree): open the prepared tree ``tree_file``; score the text ``text``
+# after the prompt. Those two are shown as the stage opens: nothing to press.
 ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE = "generate", "step", "compare", "none"
 ACTION_SAMPLE_STEP, ACTION_SWEEP = "sample_step", "sweep"
+ACTION_TREE, ACTION_SCORE = "tree", "score"
 ACTIONS = (
-    ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE, ACTION_SAMPLE_STEP, ACTION_SWEEP
+    ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE, ACTION_SAMPLE_STEP, ACTION_SWEEP,
+    ACTION_TREE, ACTION_SCORE,
 )  # fmt: skip
 
 LESSON_KEYS = ("title", "model", "description", "stages")
@@ -108,6 +112,16 @@ class LessonStage:
     def sweep(self) -> tuple[str, tuple[float, ...]]:
         """(setting, values) of a sweep stage."""
         return self.options["sweep_setting"], tuple(self.options["sweep_values"])
+
+    @property
+    def tree_file(self) -> str | None:
+        """Action tree: the prepared tree's path, relative to resources/."""
+        return self.options["tree_file"]
+
+    @property
+    def score_text(self) -> str | None:
+        """Action score: the text the model reads after the prompt."""
+        return self.options["text"]
 
     def request(self) -> Any:
         """The ``engine.drivers.workbench.RunRequest`` this stage describes."""
@@ -231,6 +245,7 @@ def _stage(reader: Reader, node: yaml.Node, i: int, previous: LessonStage) -> Le
             "missing; the draft-model method needs options: draft_model: <a bundled model>",
         )  # fmt: skip
     _check_experiment(reader, node, where, stage)
+    _check_tree_and_score(reader, node, where, stage)
     if stage.guess and stage.action not in (ACTION_STEP, ACTION_NONE):
         raise reader.fail(
             entries.get("guess", (node, node))[1], f"{where}.guess",
@@ -256,6 +271,44 @@ def _check_experiment(reader: Reader, node: yaml.Node, where: str, stage: Lesson
                 stage.settings.with_(**{setting: v})
             except (ValueError, TypeError) as exc:
                 raise reader.fail(node, f"{where}.options.sweep_values", str(exc)) from exc
+
+
+def _check_tree_and_score(reader: Reader, node: yaml.Node, where: str, stage: LessonStage
+                          ) -> None:  # fmt: skip
+    """A tree stage's file is read now, so a missing or broken one is found with the lesson."""
+    if stage.action == ACTION_SCORE and not stage.score_text:
+        raise reader.fail(node, f"{where}.options.text", "missing; action score needs a text")
+    if stage.action != ACTION_TREE:
+        return
+    if not stage.tree_file:
+        raise reader.fail(
+            node, f"{where}.options.tree_file",
+            "missing; action tree needs a tree file (a path inside resources/)",
+        )  # fmt: skip
+    load_stage_tree(stage, reader.path, _option_node(node, "tree_file"))
+
+
+def _option_node(node: yaml.Node, name: str) -> yaml.Node:
+    """The node of ``options.<name>`` in a stage's mapping (for the error's line), or the
+    stage's own node when the option was inherited from an earlier stage."""
+    for key, value in node.value:
+        if key.value == "options" and isinstance(value, yaml.MappingNode):
+            return next((v for k, v in value.value if k.value == name), node)
+    return node
+
+
+def load_stage_tree(stage: LessonStage, path: str | Path | None = None,
+                    node: yaml.Node | None = None) -> RunTree:  # fmt: skip
+    """A fresh copy of a tree stage's prepared tree (each opening starts from the file: the
+    window moves the cursor of the copy it has). ``LessonError`` naming the lesson ``path``,
+    the line and ``stages[i].options.tree_file`` if the file is missing or broken."""
+    try:
+        return read_tree_file(stage.tree_file or "")
+    except LessonFileError as exc:
+        line = node.start_mark.line + 1 if node is not None else stage.line or None
+        raise LessonError(
+            str(exc), path, line, f"stages[{stage.index}].options.tree_file"
+        ) from None
 
 
 def load_lesson(path: str | Path) -> Lesson:
