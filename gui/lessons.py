@@ -47,10 +47,12 @@ class MultiverseViews:
     ``window.show_score(text: str, prompt: str = "") -> None``. Until the window has them, a
     ``tree`` or ``score`` stage says so in the status bar instead of failing. This is the one
     place that asks the window whether it has them.
+    Both are called once the window is idle (``after_idle``): a stage may have just started
+    loading its model, and scoring needs it (the score view refuses while a job runs).
     TODO(lead): once both are on MainWindow, call them directly and drop this adapter.
     """
 
-    def __init__(self, window: object) -> None:
+    def __init__(self, window: MainWindow) -> None:
         self.window = window
 
     def open_tree(self, tree: RunTree) -> bool:
@@ -58,7 +60,7 @@ class MultiverseViews:
         show = getattr(self.window, "open_tree", None)
         if show is None:
             return False
-        show(tree)
+        self.window.after_idle(lambda: show(tree))
         return True
 
     def show_score(self, text: str, prompt: str) -> bool:
@@ -66,7 +68,7 @@ class MultiverseViews:
         show = getattr(self.window, "show_score", None)
         if show is None:
             return False
-        show(text, prompt)
+        self.window.after_idle(lambda: show(text, prompt))
         return True
 
 

@@ -93,3 +93,25 @@ def test_the_windows_own_tree_view_opens_the_shipped_tree(qtbot, window, quiet):
     window.classroom.open_lesson(lesson)
     window.classroom.panel.go_to(i)
     assert "Click a node" in window.status_text.text() and not quiet
+
+
+def test_a_stage_that_loads_its_model_scores_once_the_load_is_done(qtbot, window, monkeypatch):
+    """The score view refuses while a job runs, so the stage waits for its model's load."""
+    state = {"busy": False}
+    monkeypatch.setattr(type(window.runner), "busy", property(lambda _r: state["busy"]))
+    monkeypatch.setattr(window, "load_model", lambda *_a: state.update(busy=True))
+    monkeypatch.setattr(window, "show_error", lambda m: pytest.fail(m))
+    scores, trees = [], []
+    monkeypatch.setattr(window, "show_score", lambda t, p="": scores.append((t, p)), raising=False)
+    monkeypatch.setattr(window, "open_tree", trees.append, raising=False)
+    for action, calls in ((ACTION_SCORE, scores), (ACTION_TREE, trees)):
+        lesson, i, stage = next(s for s in _multiverse_stages() if s[2].action == action)
+        assert i == 0 and window.bundle is None  # so applying it starts loading the model
+        window.classroom.open_lesson(lesson)
+        assert state["busy"] and not calls
+        state["busy"] = False
+        window._on_busy(False)  # the load job ended
+        if action == ACTION_SCORE:
+            assert calls == [(stage.score_text, stage.prompt)]
+        else:
+            assert len(calls) == 1 and isinstance(calls[0], RunTree)
