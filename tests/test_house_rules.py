@@ -28,12 +28,9 @@ UI_BUILDING = {
 
 # Still to split (issue 23): path or path:function -> its size today, the most it may have.
 DEBT: dict[str, int] = {
-    "engine/classroom/lessons.py": 468,
     "engine/drivers/bench.py": 639,
     "gui/widgets/sampler_panel.py": 562,
     "gui/window.py": 538,
-    "engine/classroom/lessons.py:_parse": 99,
-    "engine/classroom/share.py:run_to_html": 76,
     "engine/cli/generate.py:register": 70,
     "engine/cli/generate.py:run_local": 91,
     "engine/step/fast_t5.py:T5FastStepper.__init__": 70,

@@ -19,9 +19,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.records import Step
+
+if TYPE_CHECKING:
+    from engine.tree import RunTree
 
 CSV_COLUMNS = (
     "index", "token_id", "token_str", "text", "prob", "raw_prob", "rank", "survivors",
@@ -93,9 +96,13 @@ def step_to_dict(step: Step) -> dict[str, Any]:
 
 
 def run_to_dict(
-    prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step]
-) -> dict[str, Any]:
-    return {
+    prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step],
+    tree: RunTree | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The run; with ``tree``, also every branch under ``"tree"`` (``decoding-lab-tree/1``, as
+    ``RunTree.to_json`` writes it and ``RunTree.from_json`` reads it back). Without a tree the
+    file is what it always was."""
+    out = {
         "format": "decoding-lab-run/1",
         "prompt": prompt,
         "model": model,
@@ -103,10 +110,18 @@ def run_to_dict(
         "text": "".join(s.text for s in steps),
         "steps": [step_to_dict(s) for s in steps],
     }
+    if tree is not None:
+        out["tree"] = tree.to_json()
+    return out
 
 
-def run_to_json(prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step]) -> str:
-    return json.dumps(run_to_dict(prompt, model, settings, steps), indent=1, ensure_ascii=False)
+def run_to_json(prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step],
+                tree: RunTree | None = None) -> str:  # fmt: skip
+    """``run_to_dict`` as JSON text.
+    TODO(lead): File > Export (gui/store.py, ``RunStore.export``) passes ``tree=`` the store's
+    RunTree once the store keeps one (issue 25, the tree part)."""
+    data = run_to_dict(prompt, model, settings, steps, tree)
+    return json.dumps(data, indent=1, ensure_ascii=False)
 
 
 def csv_cell(value: Any) -> Any:

@@ -14,29 +14,29 @@ The field reference is in the README's section for teachers, and the shipped les
 
 from __future__ import annotations
 
-import difflib
-import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from engine.records import RUN_METHODS, SAMPLING, SPEC_DRAFT
-from engine.sampling.checks import RULES
-from engine.sampling.settings import ORDERS, SWEEPABLE, SamplerSettings
-from engine.validate import InputError
-from engine.validate.limits import (
-    MAX_BEAMS,
-    MAX_GAMMA,
-    MAX_LESSON_BYTES,
-    MAX_NEW_TOKENS,
-    MAX_TOP_N,
+from engine.classroom.lesson_files import RESOURCES_DIR, LessonFileError, read_tree_file
+from engine.classroom.lesson_reader import (
+    OPTION_DEFAULTS,
+    LessonError,
+    Reader,
+    compose,
+    line_of,
+    read_model,
+    read_options,
+    read_settings,
 )
-from engine.validate.yamlguard import compose_bounded
+from engine.records import RUN_METHODS, SAMPLING, SPEC_DRAFT
+from engine.sampling.settings import SamplerSettings
+from engine.tree import RunTree
+from engine.validate.limits import MAX_LESSON_BYTES
 
-_BASE = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
-LESSONS_DIR = _BASE / "resources" / "lessons"
+LESSONS_DIR = RESOURCES_DIR / "lessons"
 
 # Which plot or tab a stage brings to the front.
 FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED = "distribution", "entropy", "speed"
@@ -45,50 +45,23 @@ FOCUSES = (FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED, FOCUS_BEAM_TREE, FOCU
 
 # What the teacher presses once the stage is set up. The experiments (engine.experiments):
 # sample the next step ``samples`` times; run ``sweep_setting`` at each of ``sweep_values``.
+# The multiverse (engine.tree): open the prepared tree ``tree_file``; score the text ``text``
+# after the prompt. Those two are shown as the stage opens: nothing to press.
 ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE = "generate", "step", "compare", "none"
 ACTION_SAMPLE_STEP, ACTION_SWEEP = "sample_step", "sweep"
+ACTION_TREE, ACTION_SCORE = "tree", "score"
 ACTIONS = (
-    ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE, ACTION_SAMPLE_STEP, ACTION_SWEEP
+    ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE, ACTION_SAMPLE_STEP, ACTION_SWEEP,
+    ACTION_TREE, ACTION_SCORE,
 )  # fmt: skip
-
-# Per-stage options beside the sampler settings, with their defaults
-# (engine.drivers.workbench.RunRequest)
-OPTION_DEFAULTS: dict[str, Any] = {
-    "num_beams": 4,  # beam search width
-    "gamma": 5,  # speculative: tokens drafted per round
-    "top_n": 50,  # candidates recorded per step (hover, plots, guess round)
-    "limit": None,  # tokens for this run; None: settings.max_new_tokens
-    "draft_model": None,  # speculative with a draft model: a bundled model's id
-    "samples": 1000,  # action sample_step: draws of the next token (at most 100,000)
-    "sweep_setting": "temperature",  # action sweep: the setting it varies
-    "sweep_values": (),  # and its values, in order (action sweep needs some)
-}
-MAX_SAMPLES, MAX_SWEEP_VALUES = 100_000, 12
-# name -> (minimum, maximum): the maxima are engine.validate.limits', named in the message
-_INT_OPTIONS = {
-    "num_beams": (1, MAX_BEAMS), "gamma": (1, MAX_GAMMA), "top_n": (1, MAX_TOP_N),
-    "limit": (1, MAX_NEW_TOKENS), "samples": (1, MAX_SAMPLES),
-}  # fmt: skip
 
 LESSON_KEYS = ("title", "model", "description", "stages")
 STAGE_KEYS = (
     "title", "text", "point_at", "question", "prompt", "use_chat_template", "method",
     "settings", "options", "focus", "action", "guess", "model",
 )  # fmt: skip
-SETTING_NAMES = tuple(f.name for f in fields(SamplerSettings))
-
-
-class LessonError(ValueError):
-    """A lesson file that cannot be used; ``str()`` names the file, line and field."""
-
-    def __init__(self, message: str, path: str | Path | None = None, line: int | None = None,
-                 field: str = "") -> None:  # fmt: skip
-        self.message, self.path, self.line, self.field = message, path, line, field
-        where = ", ".join(
-            part for part in (f"line {line}" if line is not None else "", field) if part
-        )
-        text = f"{where}: {message}" if where else message
-        super().__init__(f"{path}: {text}" if path is not None else text)
+# The stage fields that name one of a fixed set of words.
+_CHOICES = {"method": tuple(RUN_METHODS), "focus": FOCUSES, "action": ACTIONS}
 
 
 @dataclass(frozen=True)
@@ -140,6 +113,16 @@ class LessonStage:
         """(setting, values) of a sweep stage."""
         return self.options["sweep_setting"], tuple(self.options["sweep_values"])
 
+    @property
+    def tree_file(self) -> str | None:
+        """Action tree: the prepared tree's path, relative to resources/."""
+        return self.options["tree_file"]
+
+    @property
+    def score_text(self) -> str | None:
+        """Action score: the text the model reads after the prompt."""
+        return self.options["text"]
+
     def request(self) -> Any:
         """The ``engine.drivers.workbench.RunRequest`` this stage describes."""
         from engine.drivers.workbench import RunRequest
@@ -166,156 +149,6 @@ class Lesson:
 # -- reading -------------------------------------------------------------------------------
 
 
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
-class _Reader:
-    """Walks the composed YAML nodes (which keep their line numbers) and checks each field."""
-
-    def __init__(self, path: str | Path | None) -> None:
-        self.path = path
-        self._constructor = yaml.constructor.SafeConstructor()
-
-    def fail(self, node: yaml.Node | None, where: str, message: str) -> LessonError:
-        return LessonError(message, self.path, _line(node) if node is not None else None, where)
-
-    def mapping(self, node: yaml.Node, where: str, known: tuple[str, ...], kind: str
-                ) -> dict[str, tuple[yaml.Node, yaml.Node]]:  # fmt: skip
-        """key -> (key node, value node); unknown and repeated keys are errors."""
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, where, f"expected a mapping of {kind} (name: value lines)")
-        out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        for key_node, value_node in node.value:
-            key = self._constructor.construct_object(key_node, deep=True)
-            name = f"{where}.{key}" if where else str(key)
-            if not isinstance(key, str):
-                raise self.fail(key_node, name, f"expected a {kind} name")
-            if key not in known:
-                raise self.fail(key_node, name, f"unknown {kind}{_did_you_mean(key, known)}")
-            if key in out:
-                raise self.fail(key_node, name, f"{kind} given twice")
-            out[key] = (key_node, value_node)
-        return out
-
-    def value(self, node: yaml.Node) -> Any:
-        return self._constructor.construct_object(node, deep=True)
-
-    def text(self, node: yaml.Node, where: str, required: bool = True) -> str:
-        value = self.value(node)
-        if value is None and not required:
-            return ""
-        if not isinstance(value, str) or (required and not value.strip()):
-            raise self.fail(node, where, f"expected some text, got {_show(value)}")
-        return value.strip()
-
-    def boolean(self, node: yaml.Node, where: str) -> bool:
-        value = self.value(node)
-        if not isinstance(value, bool):
-            raise self.fail(node, where, f"expected true or false, got {_show(value)}")
-        return value
-
-    def choice(self, node: yaml.Node, where: str, allowed: tuple[str, ...] | list[str]) -> str:
-        value = self.value(node)
-        if not isinstance(value, str) or value not in allowed:
-            raise self.fail(
-                node, where,
-                f"{_show(value)} is not one of {', '.join(allowed)}"
-                + (_did_you_mean(value, allowed) if isinstance(value, str) else ""),
-            )  # fmt: skip
-        return value
-
-
-def _did_you_mean(word: str, known: tuple[str, ...] | list[str]) -> str:
-    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else f"; known: {', '.join(known)}"
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    text = repr(value)  # bounded: compose_bounded capped the nodes a value can expand to
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _settings(reader: _Reader, node: yaml.Node, where: str, base: SamplerSettings
-              ) -> SamplerSettings:  # fmt: skip
-    entries = reader.mapping(node, where, SETTING_NAMES, "setting")
-    changes: dict[str, Any] = {}
-    for name, (_key, value_node) in entries.items():
-        here = f"{where}.{name}"
-        value = reader.value(value_node)
-        default = getattr(base, name)
-        if name == "order":
-            value = reader.choice(value_node, here, ORDERS)
-        elif isinstance(default, str):  # the grammar: SamplerSettings checks its form
-            value = reader.text(value_node, here, required=False)
-        elif isinstance(default, int) and not isinstance(default, bool):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise reader.fail(value_node, here, f"expected a whole number, got {_show(value)}")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise reader.fail(value_node, here, f"expected a number, got {_show(value)}")
-        if name in RULES:
-            ok, limits = RULES[name]
-            if not ok(value):
-                raise reader.fail(value_node, here, f"{limits}, got {_show(value)}")
-        if name == "max_new_tokens" and not 1 <= value <= MAX_NEW_TOKENS:
-            raise reader.fail(
-                value_node, here, f"must be from 1 to {MAX_NEW_TOKENS} (the bound), got {value}"
-            )
-        changes[name] = float(value) if isinstance(default, float) else value
-    try:
-        return base.with_(**changes)
-    except ValueError as exc:  # a rule SamplerSettings adds beyond the per-field checks
-        raise reader.fail(node, where, str(exc)) from exc
-
-
-def _options(reader: _Reader, node: yaml.Node, where: str, base: dict[str, Any]
-             ) -> dict[str, Any]:  # fmt: skip
-    from engine.models.catalog import BUNDLED
-
-    entries = reader.mapping(node, where, tuple(OPTION_DEFAULTS), "option")
-    out = dict(base)
-    for name, (_key, value_node) in entries.items():
-        here = f"{where}.{name}"
-        value = reader.value(value_node)
-        if name == "draft_model":
-            value = None if value is None else reader.choice(value_node, here, list(BUNDLED))
-        elif name == "sweep_setting":
-            value = reader.choice(value_node, here, SWEEPABLE)
-        elif name == "sweep_values":
-            value = _sweep_values(reader, value_node, here)
-        elif name in _INT_OPTIONS and not (name == "limit" and value is None):
-            least, most = _INT_OPTIONS[name]
-            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-                raise reader.fail(
-                    value_node, here,
-                    f"expected a whole number >= {least} and <= {most} (the bound), got "
-                    f"{_show(value)}",
-                )  # fmt: skip
-        out[name] = value
-    return out
-
-
-def _sweep_values(reader: _Reader, node: yaml.Node, where: str) -> tuple[float, ...]:
-    value = reader.value(node)
-    if (
-        not isinstance(value, list)
-        or not 1 <= len(value) <= MAX_SWEEP_VALUES
-        or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value)
-    ):
-        raise reader.fail(
-            node, where, f"expected a list of 1 to {MAX_SWEEP_VALUES} numbers, got {_show(value)}"
-        )
-    return tuple(value)
-
-
-def _model(reader: _Reader, node: yaml.Node, where: str) -> str:
-    from engine.models.catalog import BUNDLED
-
-    return reader.choice(node, where, list(BUNDLED))
-
-
 def parse_lesson(text: str, path: str | Path | None = None) -> Lesson:
     """A lesson from YAML text; ``path`` only names the file in error messages."""
     try:
@@ -328,28 +161,14 @@ def parse_lesson(text: str, path: str | Path | None = None) -> Lesson:
 
 
 def _parse(text: str, path: str | Path | None) -> Lesson:
-    reader = _Reader(path)
-    try:
-        root = compose_bounded(text, "the lesson")
-    except InputError as exc:  # too big, too deep, an alias bomb: refused before construction
-        raise LessonError(exc.message, path) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        hint = ""
-        if "mapping values are not allowed" in str(exc.problem):
-            hint = " (a value that contains ': ' must be put in quotes)"
-        raise LessonError(f"not valid YAML: {exc.problem or exc}{hint}", path, line) from exc
-    except yaml.YAMLError as exc:
-        raise LessonError(f"not valid YAML: {exc}", path) from exc
-    if root is None:
-        raise LessonError("the file is empty", path, 1)
+    reader = Reader(path)
+    root = compose(text, path)
     top = reader.mapping(root, "", LESSON_KEYS, "lesson field")
     for name in ("title", "model", "stages"):
         if name not in top:
-            raise LessonError(f"missing; a lesson needs {name}", path, _line(root), name)
+            raise LessonError(f"missing; a lesson needs {name}", path, line_of(root), name)
     title = reader.text(top["title"][1], "title")
-    model = _model(reader, top["model"][1], "model")
+    model = read_model(reader, top["model"][1], "model")
     description = (
         reader.text(top["description"][1], "description", required=False)
         if ("description" in top)
@@ -358,77 +177,84 @@ def _parse(text: str, path: str | Path | None) -> Lesson:
     stages_node = top["stages"][1]
     if not isinstance(stages_node, yaml.SequenceNode) or not stages_node.value:
         raise reader.fail(stages_node, "stages", "expected a list of stages (lines starting '- ')")
-
     stages: list[LessonStage] = []
     previous = LessonStage(title="", text="", prompt="", model=model)
     for i, node in enumerate(stages_node.value):
-        where = f"stages[{i}]"
-        entries = reader.mapping(node, where, STAGE_KEYS, "stage field")
-        for name in ("title", "text"):
-            if name not in entries:
-                raise reader.fail(node, f"{where}.{name}", f"missing; every stage needs {name}")
-        values: dict[str, Any] = {}
-        for name, (_key, value_node) in entries.items():
-            here = f"{where}.{name}"
-            if name in ("title", "text", "prompt"):
-                values[name] = reader.text(value_node, here)
-            elif name in ("point_at", "question"):
-                values[name] = reader.text(value_node, here, required=False)
-            elif name == "use_chat_template":
-                values[name] = None if reader.value(value_node) is None else (
-                    reader.boolean(value_node, here)
-                )  # fmt: skip
-            elif name == "guess":
-                values[name] = reader.boolean(value_node, here)
-            elif name == "method":
-                values[name] = reader.choice(value_node, here, list(RUN_METHODS))
-            elif name == "focus":
-                values[name] = reader.choice(value_node, here, FOCUSES)
-            elif name == "action":
-                values[name] = reader.choice(value_node, here, ACTIONS)
-            elif name == "model":
-                values[name] = _model(reader, value_node, here)
-            elif name == "settings":
-                values[name] = _settings(reader, value_node, here, previous.settings)
-            elif name == "options":
-                values[name] = _options(reader, value_node, here, previous.options)
-        # What a stage leaves out it takes from the stage before; words are its own.
-        stage = LessonStage(
-            title=values["title"],
-            text=values["text"],
-            prompt=values.get("prompt", previous.prompt),
-            method=values.get("method", previous.method),
-            settings=values.get("settings", previous.settings),
-            options=values.get("options", dict(previous.options)),
-            point_at=values.get("point_at", ""),
-            question=values.get("question", ""),
-            use_chat_template=values.get("use_chat_template", previous.use_chat_template),
-            focus=values.get("focus", previous.focus if i else FOCUS_DISTRIBUTION),
-            action=values.get("action", ACTION_GENERATE),
-            guess=values.get("guess", False),
-            model=values.get("model", previous.model),
-            index=i,
-            line=_line(node),
-        )
-        if not stage.prompt:
-            raise reader.fail(node, f"{where}.prompt", "missing; the first stage needs a prompt")
-        if stage.method == SPEC_DRAFT and stage.draft_model is None:
-            raise reader.fail(
-                node, f"{where}.options.draft_model",
-                "missing; the draft-model method needs options: draft_model: <a bundled model>",
-            )  # fmt: skip
-        _check_experiment(reader, node, where, stage)
-        if stage.guess and stage.action not in (ACTION_STEP, ACTION_NONE):
-            raise reader.fail(
-                entries.get("guess", (node, node))[1], f"{where}.guess",
-                "a guess round hides the next token, so use it with action: step",
-            )  # fmt: skip
-        stages.append(stage)
-        previous = stage
+        previous = _stage(reader, node, i, previous)
+        stages.append(previous)
     return Lesson(title, model, description, tuple(stages), Path(path) if path else None)
 
 
-def _check_experiment(reader: _Reader, node: yaml.Node, where: str, stage: LessonStage) -> None:
+def _stage_values(reader: Reader, node: yaml.Node, where: str, previous: LessonStage
+                  ) -> tuple[dict[str, Any], dict[str, tuple[yaml.Node, yaml.Node]]]:  # fmt: skip
+    """The fields a stage sets, each checked (and the entries, for error lines)."""
+    entries = reader.mapping(node, where, STAGE_KEYS, "stage field")
+    for name in ("title", "text"):
+        if name not in entries:
+            raise reader.fail(node, f"{where}.{name}", f"missing; every stage needs {name}")
+    values: dict[str, Any] = {}
+    for name, (_key, value_node) in entries.items():
+        here = f"{where}.{name}"
+        if name in ("title", "text", "prompt"):
+            values[name] = reader.text(value_node, here)
+        elif name in ("point_at", "question"):
+            values[name] = reader.text(value_node, here, required=False)
+        elif name == "use_chat_template":
+            values[name] = None if reader.value(value_node) is None else (
+                reader.boolean(value_node, here)
+            )  # fmt: skip
+        elif name == "guess":
+            values[name] = reader.boolean(value_node, here)
+        elif name in _CHOICES:
+            values[name] = reader.choice(value_node, here, _CHOICES[name])
+        elif name == "model":
+            values[name] = read_model(reader, value_node, here)
+        elif name == "settings":
+            values[name] = read_settings(reader, value_node, here, previous.settings)
+        elif name == "options":
+            values[name] = read_options(reader, value_node, here, previous.options)
+    return values, entries
+
+
+def _stage(reader: Reader, node: yaml.Node, i: int, previous: LessonStage) -> LessonStage:
+    where = f"stages[{i}]"
+    values, entries = _stage_values(reader, node, where, previous)
+    # What a stage leaves out it takes from the stage before; words are its own.
+    stage = LessonStage(
+        title=values["title"],
+        text=values["text"],
+        prompt=values.get("prompt", previous.prompt),
+        method=values.get("method", previous.method),
+        settings=values.get("settings", previous.settings),
+        options=values.get("options", dict(previous.options)),
+        point_at=values.get("point_at", ""),
+        question=values.get("question", ""),
+        use_chat_template=values.get("use_chat_template", previous.use_chat_template),
+        focus=values.get("focus", previous.focus if i else FOCUS_DISTRIBUTION),
+        action=values.get("action", ACTION_GENERATE),
+        guess=values.get("guess", False),
+        model=values.get("model", previous.model),
+        index=i,
+        line=line_of(node),
+    )
+    if not stage.prompt:
+        raise reader.fail(node, f"{where}.prompt", "missing; the first stage needs a prompt")
+    if stage.method == SPEC_DRAFT and stage.draft_model is None:
+        raise reader.fail(
+            node, f"{where}.options.draft_model",
+            "missing; the draft-model method needs options: draft_model: <a bundled model>",
+        )  # fmt: skip
+    _check_experiment(reader, node, where, stage)
+    _check_tree_and_score(reader, node, where, stage)
+    if stage.guess and stage.action not in (ACTION_STEP, ACTION_NONE):
+        raise reader.fail(
+            entries.get("guess", (node, node))[1], f"{where}.guess",
+            "a guess round hides the next token, so use it with action: step",
+        )  # fmt: skip
+    return stage
+
+
+def _check_experiment(reader: Reader, node: yaml.Node, where: str, stage: LessonStage) -> None:
     """A sweep stage names values its setting accepts; experiments sample token by token."""
     if stage.action not in (ACTION_SAMPLE_STEP, ACTION_SWEEP):
         return
@@ -445,6 +271,44 @@ def _check_experiment(reader: _Reader, node: yaml.Node, where: str, stage: Lesso
                 stage.settings.with_(**{setting: v})
             except (ValueError, TypeError) as exc:
                 raise reader.fail(node, f"{where}.options.sweep_values", str(exc)) from exc
+
+
+def _check_tree_and_score(reader: Reader, node: yaml.Node, where: str, stage: LessonStage
+                          ) -> None:  # fmt: skip
+    """A tree stage's file is read now, so a missing or broken one is found with the lesson."""
+    if stage.action == ACTION_SCORE and not stage.score_text:
+        raise reader.fail(node, f"{where}.options.text", "missing; action score needs a text")
+    if stage.action != ACTION_TREE:
+        return
+    if not stage.tree_file:
+        raise reader.fail(
+            node, f"{where}.options.tree_file",
+            "missing; action tree needs a tree file (a path inside resources/)",
+        )  # fmt: skip
+    load_stage_tree(stage, reader.path, _option_node(node, "tree_file"))
+
+
+def _option_node(node: yaml.Node, name: str) -> yaml.Node:
+    """The node of ``options.<name>`` in a stage's mapping (for the error's line), or the
+    stage's own node when the option was inherited from an earlier stage."""
+    for key, value in node.value:
+        if key.value == "options" and isinstance(value, yaml.MappingNode):
+            return next((v for k, v in value.value if k.value == name), node)
+    return node
+
+
+def load_stage_tree(stage: LessonStage, path: str | Path | None = None,
+                    node: yaml.Node | None = None) -> RunTree:  # fmt: skip
+    """A fresh copy of a tree stage's prepared tree (each opening starts from the file: the
+    window moves the cursor of the copy it has). ``LessonError`` naming the lesson ``path``,
+    the line and ``stages[i].options.tree_file`` if the file is missing or broken."""
+    try:
+        return read_tree_file(stage.tree_file or "")
+    except LessonFileError as exc:
+        line = node.start_mark.line + 1 if node is not None else stage.line or None
+        raise LessonError(
+            str(exc), path, line, f"stages[{stage.index}].options.tree_file"
+        ) from None
 
 
 def load_lesson(path: str | Path) -> Lesson:

