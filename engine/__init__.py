@@ -2,17 +2,17 @@
 
 The parts, one folder each::
 
-    models/     loading a model, its device and dtype, prompt ids, token text
-    step/       decode back-ends: ids -> next logits (model.forward, the fast paths, KV caches)
-    sampling/   settings and the sampler chain: logits -> probabilities -> a token
-    decode/     decoding methods: sessions that turn logits into Step records
+    models/      loading a model, its device and dtype, prompt ids, token text
+    step/        decode back-ends: ids -> next logits (model.forward, the fast paths, KV caches)
+    sampling/    settings and the sampler chain: logits -> probabilities -> a token
+    decode/      decoding methods: sessions that turn logits into Step records
     tree/        the multiverse: every branch as a RunTree, expansion by probability, scoring
     experiments/ sample one step N times, sweeps, two models in lockstep
-    serve/      served models (vLLM & co.) as sessions
-    classroom/  lessons, guess rounds, exports and the shared web page
-    drivers/    the window's actions, method comparison, the seed API, the benchmark
-    validate/   bounded readers of every file and server reply (sizes, depth, types, values)
-    records.py  the plain records that leave the engine;  errors.py  its exceptions
+    serve/       served models (vLLM & co.) as sessions
+    classroom/   lessons, guess rounds, exports and the shared web page
+    drivers/     the window's actions, method comparison, the seed API, the benchmark
+    validate/    bounded readers of every file and server reply (sizes, depth, types, values)
+    records.py   the plain records that leave the engine;  errors.py  its exceptions
 
 The data path from prompt to step record:
 
