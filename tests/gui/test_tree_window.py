@@ -3,6 +3,8 @@ a node shows its path, a restored run branches (no modal, the whole budget from 
 point), the expansion job grows the same tree as the engine's expand, the autosave keeps the
 tree, and the keys move the cursor."""
 
+from dataclasses import replace
+
 from conftest import load, run
 from PySide6.QtCore import Qt
 
@@ -160,3 +162,66 @@ def test_keys_move_the_cursor(qtbot, window):
     qtbot.keyClick(outline, Qt.Key.Key_Down)
     assert tree.cursor == end
     assert window.plots.tree_view.outline.currentItem().text(0) == "<3>"
+
+
+def test_the_live_session_follows_the_node_gone_to(qtbot, window, tiny_dir):
+    load(qtbot, window, tiny_dir)
+    set_settings(window, temperature=0.0, max_new_tokens=6)
+    window.prompt_box.chat_template.setChecked(False)
+    window.prompt.setPlainText("follow me")
+    run(qtbot, window, window.generate)
+    original = [s.token_id for s in window.steps]
+    session = window.runner.workbench.session
+    window.tree.goto(window.store.tree.path()[2])  # back to 3 tokens
+    assert [s.token_id for s in window.steps] == original[:3]
+    assert window.acts.continue_.isEnabled()
+    set_settings(window, max_new_tokens=2)
+    run(qtbot, window, window.continue_run)
+    # the same session, cropped to 3 tokens, went on by 2 (greedy: the same tokens again)
+    assert window.runner.workbench.session is session
+    assert [s.token_id for s in session.history] == [s.token_id for s in window.steps]
+    assert [s.token_id for s in window.steps] == original[:5]
+    assert len(window.store.tree.nodes) == 1 + 6  # the nodes were reused, nothing added
+
+
+def test_forks_select_the_steps_below_the_threshold(qtbot, window):
+    store = window.store
+    store.push(RunStarted("sampling", "p", 2))
+    probs = [0.9, 0.2, 0.95, 0.1, 0.8]
+    store.inbox.extend(
+        replace(step(i, 10 + i), raw_prob=p, entropy_raw=0.5) for i, p in enumerate(probs)
+    )
+    window.drain()
+    window.tree.set_thresholds(0.3, 5.0)
+    window.tree.fork(True)
+    assert window.views.selected == 1 and window.dist.step.index == 1
+    window.tree.fork(True)
+    assert window.views.selected == 3
+    window.tree.fork(True)  # none after: stays
+    assert window.views.selected == 3 and "No next fork" in window.status_text.text()
+    window.tree.fork(False)
+    assert window.views.selected == 1
+    window.tree.set_thresholds(0.0, 0.4)  # every step's entropy passes 0.4 bits
+    window.tree.fork(False)
+    assert window.views.selected == 0
+
+
+def test_tree_files_round_trip_and_a_bad_one_is_one_message(qtbot, window, tmp_path):
+    store = window.store
+    store.push(RunStarted("sampling", "a prompt", 2))
+    store.inbox.extend([step(0, 1), step(1, 2), Rewind(1), step(1, 3)])
+    window.drain()
+    path = tmp_path / "tree.json"
+    assert window.tree.save_tree(str(path))
+    before = shape(store.tree)
+    window.clear_output()
+    assert store.tree is None
+    assert window.tree.open_tree_file(str(path))
+    assert shape(store.tree) == before and store.text == "<1><3>" and store.restored
+    assert window.prompt.toPlainText() == "a prompt"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "decoding-lab-tree/1", "prompt_ids": [], "nodes": [{"id": 5}]}')
+    assert not window.tree.open_tree_file(str(bad))
+    assert window.last_error.startswith("Could not open the tree") and "nodes" in window.last_error
+    assert bad.read_text().startswith('{"format"')  # left as it was
+    assert shape(store.tree) == before  # the tree shown stays
