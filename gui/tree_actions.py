@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
 from engine.records import SAMPLING
 from engine.tree import RunTree, TreeFormatError
-from engine.tree.expand import ExpandOptions
+from engine.tree.options import ExpandOptions
 from gui.tree_track import path_copy
 
 FORK_BELOW, FORK_BITS = 0.5, 3.0  # a fork: the chosen token below 50 %, or above 3 bits

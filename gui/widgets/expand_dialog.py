@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.tree.expand import ExpandOptions
+from engine.tree.options import ExpandOptions
 
 MAX_DEPTH, MAX_CHILDREN = 8, 20  # 20 ** 8 nodes would never end: the cutoffs keep it small
 

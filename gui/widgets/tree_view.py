@@ -124,8 +124,8 @@ class TreeView(QWidget):
         header = self.outline.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in (1, 2, 3):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        for col in (1, 2, 3):  # sized once per build: ResizeToContents re-measured every row
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)  # per change
         top = QHBoxLayout()
         for b in (self.expand_button, self.prev_fork, self.next_fork):
             top.addWidget(b)
@@ -175,6 +175,8 @@ class TreeView(QWidget):
                 for nid in row:
                     self._row_of[nid] = item
             out.expandAll()
+            for col in (1, 2, 3):
+                out.resizeColumnToContents(col)
         out.setUpdatesEnabled(True)
 
     def _item(self, tree: Any, row: list[int]) -> QTreeWidgetItem:
