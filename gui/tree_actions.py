@@ -239,6 +239,7 @@ class TreeActions(QObject):
             return
         node = tree.nodes[found]
         w.select_step(node.depth - 1)
+        w.pane.show_step(node.depth - 1)  # the token in view, the class sees where it is
         w.status_text.setText(
             f"Fork at step {node.depth}: {node.text!r} {node.raw_prob:.0%}, entropy "
             f"{node.entropy_raw:.2f} bits ({rule}). Click a bar to branch here."

@@ -10,6 +10,7 @@ redraw timer); what the user asks for leaves as signals, for the window's contro
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -109,13 +110,16 @@ class TreeView(QWidget):
         self.info = QLabel("")
         self.info.setObjectName("tree_info")
         self.info.setWordWrap(True)
-        self.key = QLabel(" ".join(
-            f"<span style='background:{c}; color:#000'>&nbsp;{label}&nbsp;</span>"
+        self.info.setTextFormat(Qt.TextFormat.RichText)
+        # the colour key rides on the info line (a line of its own took rows; beside the
+        # buttons it was cut off at 1280x720)
+        self.key = " ".join(
+            f"<span style='background:{c}; color:#000'>&nbsp;{chip}&nbsp;</span>"
             for _, c, label in PROB_COLOURS
-        ))  # fmt: skip
-        self.key.setTextFormat(Qt.TextFormat.RichText)
-        for label in (self.info, self.key):  # never widen the column: they wrap or clip
-            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            for chip in [html.escape(label).replace(" ", "&nbsp;")]  # one chip never wraps
+        )
+        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.info.setText(f"p: {self.key}")
         self.outline = _Outline()
         self.outline.setObjectName("tree_outline")
         self.outline.setHeaderLabels(["Token", "p", "log p", "ppl"])
@@ -129,7 +133,7 @@ class TreeView(QWidget):
         top = QHBoxLayout()
         for b in (self.expand_button, self.prev_fork, self.next_fork):
             top.addWidget(b)
-        top.addWidget(self.key, 1, Qt.AlignmentFlag.AlignRight)
+        top.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
@@ -221,12 +225,14 @@ class TreeView(QWidget):
         if current is not None:
             self.outline.scrollToItem(current)
         node = tree.nodes[tree.cursor]
-        self.info.setText(
-            f"{len(tree.nodes) - 1} nodes, {len(tree.leaves())} leaves · here: {node.depth} "
-            f"tokens, log p {node.path_logprob:.2f}, perplexity {tree.perplexity(node.id):.2f}"
+        here = (
+            f"here: {node.depth} tokens, log p {node.path_logprob:.2f}, perplexity "
+            f"{tree.perplexity(node.id):.2f}"
             if node.depth
-            else f"{len(tree.nodes) - 1} nodes · at the prompt"
+            else "at the prompt"
         )
+        count = f"{len(tree.nodes) - 1} nodes, {len(tree.leaves())} leaves"
+        self.info.setText(f"{count} · {here} · p: {self.key}")
 
     @staticmethod
     def _set_bold(item: QTreeWidgetItem, on: bool) -> None:
