@@ -281,11 +281,18 @@ class RunStore:
             head.setdefault("chat_template", self.run.chat_template)
         return (
             json.dumps(head, ensure_ascii=False)[:-1]
-            + (f', "tree": {self.track.json_text()}' if self.tree is not None else "")
+            + (f', "tree": {self.track.json_text()}' if self._tree_fits() else "")
             + ', "steps": ['
             + ",".join(self._filled())
             + "]}"
         )
+
+    def _tree_fits(self) -> bool:
+        """A tree past the tree reader's bound is left out (the path is still saved): one
+        that could not be read back would set the whole autosave aside."""
+        from engine.tree.node import MAX_NODES
+
+        return self.tree is not None and len(self.tree.nodes) <= MAX_NODES
 
     def _filled(self) -> list[str]:
         if None in self._saved:

@@ -149,7 +149,9 @@ class RunTree:
 def node_dict(n: Node) -> dict[str, Any]:
     """A node's own fields as JSON types (never changed once the node exists), no record."""
     return {
-        "id": n.id, "token_id": n.token_id, "text": n.text, "parent": n.parent,
+        # the root's text is the prompt, written once as "prompt_text" (it may be longer than
+        # a node's text may be)
+        "id": n.id, "token_id": n.token_id, "text": n.text if n.id else "", "parent": n.parent,
         "raw_prob": n.raw_prob, "prob": n.prob, "logprob": n.logprob,
         "path_logprob": n.path_logprob, "entropy_raw": n.entropy_raw,
         "top": [list(t) for t in n.top],

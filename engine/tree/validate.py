@@ -110,4 +110,5 @@ def read_tree(data: Any, cls: type) -> Any:
     cursor = data.get("cursor", 0)
     _need(type(cursor) is int and cursor in tree.nodes, "cursor", "must name a node")
     tree.cursor = cursor
+    tree.nodes[0].text = prompt_text or tree.nodes[0].text  # older files had it in the root
     return tree

@@ -225,3 +225,52 @@ def test_tree_files_round_trip_and_a_bad_one_is_one_message(qtbot, window, tmp_p
     assert window.last_error.startswith("Could not open the tree") and "nodes" in window.last_error
     assert bad.read_text().startswith('{"format"')  # left as it was
     assert shape(store.tree) == before  # the tree shown stays
+
+
+def test_the_tree_tab_draws_rows_colours_the_path_and_folds(qtbot, window):
+    from gui.widgets.tree_view import NODE, prob_colour
+
+    store = window.store
+    store.push(RunStarted("sampling", "p", 2))
+    chain = [replace(step(i, 10 + i), raw_prob=0.9) for i in range(4)]
+    store.inbox.extend([*chain, Rewind(2), replace(step(2, 77), raw_prob=0.03)])
+    window.drain()
+    window.tabs.setCurrentWidget(window.plots.tree_view)
+    window.tree.redraw(force=True)
+    outline = window.plots.tree_view.outline
+    # one row for the stretch that does not fork, then the two branches under it
+    assert outline.topLevelItemCount() == 1
+    top = outline.topLevelItem(0)
+    assert top.text(0).startswith("<10><11>") and "+1 tokens" in top.text(0)
+    kids = [top.child(i) for i in range(top.childCount())]
+    assert [k.text(0) for k in kids] == ["<12><13>  (+1 tokens)", "<77>"]
+    assert kids[1].background(1).color().name() == prob_colour(0.03) != prob_colour(0.9)
+    assert kids[1].text(2) and kids[1].text(3)  # a leaf: path log p and perplexity
+    assert top.font(0).bold() and kids[1].font(0).bold() and not kids[0].font(0).bold()
+    assert outline.currentItem() is kids[1] and kids[1].data(0, NODE) == store.tree.cursor
+    outline.collapseItem(top)  # fold: the branches hide, the tree is unchanged
+    assert not top.isExpanded() and len(store.tree.nodes) == 6
+    window.plots.tree_view.node_clicked.emit(kids[0].data(0, NODE))  # a click goes there
+    assert store.text == "<10><11><12><13>"
+
+
+def test_a_damaged_tree_in_the_autosave_is_set_aside_and_a_long_prompt_fits(qtbot, store, autosave):
+    import json
+
+    first = _window(qtbot, store, autosave)
+    long_prompt = "word " * 4000  # 20,000 characters: more than a node's text may hold
+    first.store.push(RunStarted("sampling", long_prompt, 2))
+    first.store.inbox.extend([step(0, 1), step(1, 2), Rewind(1), step(1, 3)])
+    first.drain()
+    assert first.autosave()
+    first.close()
+    again = _window(qtbot, store, autosave)
+    assert len(again.store.tree.nodes) == 4 and again.store.tree.nodes[0].text == long_prompt
+    again.close()
+    data = json.loads(autosave.read_text())
+    data["tree"]["nodes"][1]["parent"] = 99
+    autosave.write_text(json.dumps(data))
+    third = _window(qtbot, store, autosave)
+    assert third.store.tree is None and "tree" in third.status_text.text()
+    assert list(autosave.parent.glob("autosave.json.broken-*"))  # kept for the user
+    third.close()
