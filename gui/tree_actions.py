@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
-from engine.records import SAMPLING
+from engine.records import SAMPLING, ChoiceHistory
 from engine.tree import RunTree, TreeFormatError
 from engine.tree.options import ExpandOptions
 from gui.tree_track import path_copy
@@ -32,6 +32,10 @@ class TreeActions(QObject):
         self.fork_below = _number(s.value("tree/fork_below"), FORK_BELOW, 0.0, 1.0)
         self.fork_bits = _number(s.value("tree/fork_bits"), FORK_BITS, 0.0, 64.0)
         self._trail = 0  # the deepest node the keys came up from: Right goes back down to it
+        # nodes stood on before each move (undo goes back), and those undone (redo); per tree
+        self._back: list[int] = []
+        self._forward: list[int] = []
+        self._history_of: Any = None
         self.view.node_clicked.connect(self.goto)
         self.view.move_requested.connect(self.move)
         self.view.expand_requested.connect(self.ask_expand)
@@ -91,17 +95,24 @@ class TreeActions(QObject):
     # -- going to a node -----------------------------------------------------------------------
 
     @Slot(int)
-    def goto(self, nid: int) -> None:
-        """Show the path to ``nid``; the engine follows at the next run action."""
+    def goto(self, nid: int, remember: bool = True) -> None:
+        """Show the path to ``nid``; the engine follows at the next run action. The node left
+        is remembered for Undo (unless ``remember`` is off: undo and redo themselves)."""
         if self.runner.busy:
             self.runner.stop()
-            self.w.after_idle(lambda: self.goto(nid))
+            self.w.after_idle(lambda: self.goto(nid, remember))
             return
         w, store = self.w, self.store
         w.refresh()  # records still on their way come first
         if store.tree is None or nid not in store.tree.nodes:
             return
+        if self._history_of is not store.tree:
+            self._back, self._forward, self._history_of = [], [], store.tree
+        if remember and nid != store.tree.cursor:
+            self._back.append(store.tree.cursor)
+            self._forward.clear()
         change = store.goto(nid)
+        store.choices = change.choices = ChoiceHistory(bool(self._back), bool(self._forward))
         if not store.steps:  # at the prompt: the next Step starts a run there
             self.runner.forget_run()
         w.views.apply(change, busy=False)
@@ -132,6 +143,26 @@ class TreeActions(QObject):
             self._trail = target
         if target != here.id:
             self.goto(target)
+
+    def undo(self) -> None:
+        """Take back the last choice (the engine's own undo: the exact records it replaced),
+        or, on a path the engine does not hold, go back to the node stood on before."""
+        can = not self.store.restored and self.store.choices.can_undo
+        self._undo_or_redo(self._back, self._forward, self.runner.undo if can else None)
+
+    def redo(self) -> None:
+        can = not self.store.restored and self.store.choices.can_redo
+        self._undo_or_redo(self._forward, self._back, self.runner.redo if can else None)
+
+    def _undo_or_redo(self, source: list[int], target: list[int], engine: Any) -> None:
+        store = self.store
+        if self.runner.busy:
+            return
+        if engine is not None:
+            engine()
+        elif source and self._history_of is store.tree and store.tree is not None:
+            target.append(store.tree.cursor)
+            self.goto(source.pop(), remember=False)
 
     # -- taking an alternative -----------------------------------------------------------------
 

@@ -318,13 +318,12 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def undo(self) -> None:
-        if not self.runner.busy:
-            self.runner.undo()
+        """The last choice taken back, or (on a path the engine does not hold) the last move."""
+        self.tree.undo()
 
     @Slot()
     def redo(self) -> None:
-        if not self.runner.busy:
-            self.runner.redo()
+        self.tree.redo()
 
     @Slot()
     def stop(self) -> None:

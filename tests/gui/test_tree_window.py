@@ -274,3 +274,42 @@ def test_a_damaged_tree_in_the_autosave_is_set_aside_and_a_long_prompt_fits(qtbo
     assert third.store.tree is None and "tree" in third.status_text.text()
     assert list(autosave.parent.glob("autosave.json.broken-*"))  # kept for the user
     third.close()
+
+
+def test_undo_and_redo_are_moves_on_a_path_the_engine_does_not_hold(qtbot, window):
+    store = window.store
+    store.push(RunStarted("sampling", "p", 2))
+    store.inbox.extend([step(0, 1), step(1, 2), Rewind(1), step(1, 3)])
+    window.drain()
+    tree = store.tree
+    end = tree.cursor
+    first = tree.path()[0]
+    window.tree.goto(first)
+    window.tree.goto(tree.nodes[first].children[0])  # the first branch: <1><2>
+    assert store.text == "<1><2>" and window.acts.undo.isEnabled()
+    window.undo()
+    assert tree.cursor == first and store.text == "<1>"
+    window.undo()
+    assert tree.cursor == end and not window.acts.undo.isEnabled()
+    assert window.acts.redo.isEnabled()
+    window.redo()
+    window.redo()
+    assert store.text == "<1><2>" and not window.acts.redo.isEnabled()
+
+
+def test_expanding_from_the_prompt_reports_progress_and_stops(qtbot, window, tiny_dir):
+    load(qtbot, window, tiny_dir)
+    window.prompt_box.chat_template.setChecked(False)
+    window.prompt.setPlainText("stop me")
+    said = []
+    window.runner.progress.connect(said.append)
+    with qtbot.waitSignal(window.runner.busy_changed, timeout=10000):
+        assert window.tree.expand(ExpandOptions(depth=8, max_children=6))
+    qtbot.waitUntil(lambda: any("level 2" in s for s in said), timeout=60000)
+    window.stop()
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60000)
+    window.drain()
+    nodes = len(window.store.tree.nodes) - 1
+    assert "Expanded (stopped)" in window.status_text.text()
+    assert 6 + 36 <= nodes < sum(6**d for d in range(1, 9))  # two levels at least, not all
+    assert window.tabs.currentWidget() is window.plots.tree_view
