@@ -36,6 +36,7 @@ class TreeActions(QObject):
         self._back: list[int] = []
         self._forward: list[int] = []
         self._history_of: Any = None
+        self._frame = 0
         self.view.node_clicked.connect(self.goto)
         self.view.move_requested.connect(self.move)
         self.view.expand_requested.connect(self.ask_expand)
@@ -88,8 +89,10 @@ class TreeActions(QObject):
 
     @Slot()
     def redraw(self, force: bool = False) -> None:
-        """On the window's redraw timer: the tab, when it is shown, follows the store."""
-        if force or self.view.isVisible():
+        """On the window's redraw timer: the tab, when it is shown, follows the store (at 3 Hz
+        while a job runs: a growing tree is laid out again each time)."""
+        self._frame += 1
+        if force or (self.view.isVisible() and (not self.runner.busy or self._frame % 10 == 0)):
             self.view.show_tree(self.store.tree)
 
     # -- going to a node -----------------------------------------------------------------------
