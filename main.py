@@ -20,11 +20,13 @@ def _gui_bench(bundle: Any, say: Callable[[str], None], args: Any) -> dict[str, 
     """The benchmark's window figures (live plots vs headless, start-up and peak memory)."""
     from gui.bench import run_gui_bench, run_startup_bench
     from gui.open_bench import run_open_bench
+    from gui.tree_bench import run_tree_bench
 
     return {
         "gui": run_gui_bench(bundle, say, args.new_tokens),
         "startup": run_startup_bench(say, args.rss_tokens),
         "open_long_run": run_open_bench(say),
+        "tree": run_tree_bench(say),
     }
 
 

@@ -32,6 +32,7 @@ from gui.widgets.sampler_panel import SamplerPanel
 from gui.widgets.series_plot import SeriesPlot
 from gui.widgets.step_text import step_summary
 from gui.widgets.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
+from gui.widgets.tree_view import TreeView
 
 
 def _shrinkable(label: QLabel) -> QLabel:
@@ -203,6 +204,8 @@ class PlotArea(QSplitter):
         self.beam_panel = BeamTreePanel(self.beam_tree)
         self.tabs.addTab(self.beam_panel, "Beam tree")
         self.tabs.addTab(self.compare_view, "Compare")
+        self.tree_view = TreeView()  # every branch of the runs on this prompt (issue 25)
+        self.tabs.addTab(self.tree_view, "Tree")
         self.entropy.setToolTip(
             "Entropy: how unsure the model is, in bits. 2 to the power of the entropy is the "
             "number of equally likely tokens that would be as unsure: 3 bits ≈ a fair pick "

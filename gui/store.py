@@ -36,6 +36,7 @@ from engine.records import (
     lighten_old,
 )
 from engine.validate.autosave import AUTOSAVE_FORMAT  # one spelling for writer and reader
+from gui.tree_track import TreeTrack, common_prefix
 
 
 def _dumps(step: Step) -> str:
@@ -77,10 +78,21 @@ class RunStore:
         self.version = 0  # bumped by every change, so savers know when to write
         self.results: list[MethodResult] = []
         self._restoring = False  # steps being drained come from a file
+        self.track = TreeTrack()  # every branch of the runs on this prompt
         self.clear()
 
-    def clear(self) -> None:
-        """Forget the run (the comparison results stay)."""
+    @property
+    def tree(self) -> Any:
+        """The run tree (engine.tree.RunTree) the steps are a path of; None before a run."""
+        return self.track.tree
+
+    def clear(self, tree: bool = False) -> None:
+        """Forget the run (the comparison results stay); with ``tree`` its tree too (a new
+        run on the same prompt otherwise adds a branch to it)."""
+        if tree:
+            self.track.forget()
+        else:
+            self.track.rewind(0)
         self.run: RunStarted | None = None
         self.steps: list[Step] = []
         self.series: dict[str, list[float]] = {k: [] for k in SERIES}
@@ -89,7 +101,9 @@ class RunStore:
         self.report: SpeculativeReport | None = None
         self.summary: RunSummary | None = None
         self.choices = ChoiceHistory(False, False)
-        self.restored = False  # the steps came from an autosave, not from this session
+        # the engine does not hold these steps (an autosave, a tree file, a node gone to): the
+        # next Continue, Step or choice rebuilds its session from them first
+        self.restored = False
         self.arrived: list[float] = []  # when each step reached the store (wall clock)
         # each step's autosave JSON, written once; None until the first autosave for steps
         # that came from a file (opening a long run need not serialise it again)
@@ -114,10 +128,12 @@ class RunStore:
                 self._append(record)
             elif isinstance(record, Rewind):
                 self._truncate(record.keep)
+                self.track.rewind(record.keep)
                 change.start = min(change.start, record.keep)
             elif isinstance(record, RunStarted):
                 self.clear()
                 self.run = record
+                self.track.start(record.prompt, record.chat_template)
                 change = Change(reset=True)
                 shown = 0
             elif isinstance(record, BeamEvent):
@@ -143,9 +159,11 @@ class RunStore:
     def _append(self, step: Step) -> None:
         arrived = self._pushed_at.popleft() if self._pushed_at else time.perf_counter()
         self.steps.append(step)
+        self.track.add(step)
         self.arrived.append(arrived)
         self._saved.append(None if self._restoring else _dumps(step))
         for i in lighten_old(self.steps, 1, self.keep_full):  # the autosave keeps what we keep
+            self.track.relight(i, self.steps[i])
             if self._saved[i] is not None:
                 self._saved[i] = _dumps(self.steps[i])
         s = self.series
@@ -190,7 +208,51 @@ class RunStore:
 
     def can_continue(self) -> bool:
         """Steps exist and the run did not end its answer or fill the context."""
-        return bool(self.steps) and not (self.summary is not None and self.summary.finished)
+        if not self.steps or self.steps[-1].is_eos:
+            return False
+        return not (self.summary is not None and self.summary.finished)
+
+    # -- the tree ------------------------------------------------------------------------------
+
+    def goto(self, nid: int) -> Change:
+        """Show the path to node ``nid`` (drain first: records in the inbox would come first):
+        the steps it shares with the path shown stay, the rest are replaced by its nodes'
+        records. The engine does not follow at once (moving
+        about the tree costs no model work): the next run action rebuilds from these steps."""
+        if self.tree is None or nid not in self.tree.nodes:
+            raise KeyError(f"no node {nid}")
+        steps = self.track.steps_to(nid)
+        keep = common_prefix(self.track.path, self.tree.path(nid))
+        return self._show(keep, steps[keep:])
+
+    def adopt_tree(self, tree: Any, chat_template: bool = False) -> Change:
+        """Show a tree from a file (or a lesson), at its cursor; a run on it starts by
+        rebuilding the engine's session from the prompt and the path."""
+        from engine.records import SAMPLING
+
+        self.drain()
+        cursor = tree.cursor
+        self.clear(tree=True)
+        self.run = RunStarted(SAMPLING, tree.nodes[0].text, len(tree.prompt_ids),
+                              dict(tree.settings), chat_template=chat_template)  # fmt: skip
+        self.track.adopt(tree, chat_template)
+        self.track.rewind(0)
+        change = self._show(0, self.track.steps_to(cursor))
+        change.reset = True
+        return change
+
+    def _show(self, keep: int, steps: list[Step]) -> Change:
+        self.inbox.extend([Rewind(keep), *steps])
+        self._restoring = True  # their autosave text is written when the autosave needs it
+        try:
+            change = self.drain()
+        finally:
+            self._restoring = False
+        self.summary = None  # the summary was of the run that ended elsewhere
+        self.choices = change.choices = ChoiceHistory(False, False)  # undo: of another path
+        self.restored = True
+        self.version += 1
+        return change
 
     # -- files -------------------------------------------------------------------------------
 
@@ -219,10 +281,18 @@ class RunStore:
             head.setdefault("chat_template", self.run.chat_template)
         return (
             json.dumps(head, ensure_ascii=False)[:-1]
+            + (f', "tree": {self.track.json_text()}' if self._tree_fits() else "")
             + ', "steps": ['
             + ",".join(self._filled())
             + "]}"
         )
+
+    def _tree_fits(self) -> bool:
+        """A tree past the tree reader's bound is left out (the path is still saved): one
+        that could not be read back would set the whole autosave aside."""
+        from engine.tree.node import MAX_NODES
+
+        return self.tree is not None and len(self.tree.nodes) <= MAX_NODES
 
     def _filled(self) -> list[str]:
         if None in self._saved:
@@ -250,5 +320,14 @@ class RunStore:
             change = self.drain()
         finally:
             self._restoring = False
+        if saved.tree is not None:
+            self._replay(saved.tree, saved.chat_template)
         self.restored = True
         return change
+
+    def _replay(self, tree: Any, chat_template: bool) -> None:
+        """The saved tree, with the saved steps as its path again (they carry the records)."""
+        self.track.adopt(tree, chat_template)
+        self.track.rewind(0)
+        for step in self.steps:
+            self.track.add(step)

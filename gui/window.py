@@ -35,6 +35,7 @@ from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
 from gui.panels import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
 from gui.store import RunStore
 from gui.theme import THEMES
+from gui.tree_actions import TreeActions
 from gui.views import RunView
 from gui.widgets.presenter_strip import PresenterStrip
 from gui.widgets.served_dialog import ServedDialog, parse_served
@@ -94,6 +95,8 @@ class MainWindow(QMainWindow):
         self.autosave_timer.timeout.connect(self.autosave)
         self.prompt.textChanged.connect(self._changed)
         self.sampler.settings_changed.connect(self._changed)
+        self.tree = TreeActions(self)  # the run tree: going to nodes, expanding, forks, files
+        self.open_tree = self.tree.open_tree  # also for lessons that open a prepared tree
         self.restored_from_autosave = persist.read_autosave(self)
         self._update_buttons()
         if autoload:
@@ -315,13 +318,12 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def undo(self) -> None:
-        if not self.runner.busy:
-            self.runner.undo()
+        """The last choice taken back, or (on a path the engine does not hold) the last move."""
+        self.tree.undo()
 
     @Slot()
     def redo(self) -> None:
-        if not self.runner.busy:
-            self.runner.redo()
+        self.tree.redo()
 
     @Slot()
     def stop(self) -> None:
@@ -331,15 +333,8 @@ class MainWindow(QMainWindow):
 
     @Slot(int, int)
     def choose_token(self, step_index: int, token_id: int) -> None:
-        """Force ``token_id`` at ``step_index`` and continue from there (a branch)."""
-        if self.runner.busy:
-            self.runner.stop()
-            self._after_idle.append(lambda: self.choose_token(step_index, token_id))
-            return
-        settings = self.sampler.settings()
-        remaining = max(1, settings.max_new_tokens - step_index)
-        if self.runner.branch(step_index, token_id, settings, remaining):
-            self.status_text.setText(f"Chose another token at step {step_index + 1}; continuing…")
+        """Force ``token_id`` at ``step_index`` and continue from there (a new branch)."""
+        self.tree.choose_token(step_index, token_id)
 
     @Slot()
     def run_comparison(self) -> None:
@@ -356,7 +351,7 @@ class MainWindow(QMainWindow):
         if self.runner.busy:
             return
         self.runner.forget_run()
-        self.store.clear()
+        self.store.clear(tree=True)
         self.views.clear()
         self._update_buttons()
 

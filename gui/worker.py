@@ -285,6 +285,23 @@ class EngineRunner(QObject):
         action = lambda: self.workbench.branch(step_index, token_id, settings, limit)  # noqa: E731
         return self._run("branch", action)
 
+    def resume_branch(self, request: RunRequest, steps: list[Step], step_index: int,
+                      token_id: int, limit: int | None) -> bool:  # fmt: skip
+        """Take ``token_id`` at ``step_index`` of steps the engine does not hold (a restored
+        run, a node of the tree): its session over them first, then the branch."""
+        saved = list(steps)
+        return self._run("branch", lambda: self.workbench.resume_branch(
+            request, saved, step_index, token_id, limit))  # fmt: skip
+
+    def job(self, name: str, work: Callable[[Job], Any], on_result: Callable[[Any], None]) -> bool:
+        """A job another module describes (the tree's expansion): ``work(job)`` runs on the
+        worker thread with ``self.workbench`` (never the store); ``on_result`` on the GUI thread
+        with what it returned; failures on ``failed``."""
+        if self.workbench.bundle is None and not self.busy:
+            self.failed.emit("No model is loaded yet.")
+            return False
+        return self._start(work, name, on_result, self.failed)
+
     def undo(self) -> bool:
         return self._run("undo", self.workbench.undo)
 

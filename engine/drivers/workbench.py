@@ -170,17 +170,37 @@ class Workbench:
     def resume(
         self, request: RunRequest, steps: Sequence[Step], limit: int | None = None
     ) -> Action:
-        """Go on with a run saved earlier (an autosave): a sampling session over the saved
-        prompt and tokens, rebuilt in one prefill; the saved steps stay as they were."""
-        bundle = self._bundle()
-        ids = bundle.encode_prompt(request.prompt, request.chat_template)
-        session = self._make_session(bundle, ids, replace(request, method=SAMPLING))
-        session.resume(steps)
-        self.session = session
+        """Go on with a run saved earlier (an autosave) or a path of the run's tree: the
+        session over these steps (``hold``); the steps stay as they were."""
+        session = self.hold(request, steps)
         if session.finished:
             raise ValueError("The saved run had ended: click a token to branch, or Generate.")
         yield from live(session, prepared(session, session.stream(limit)))
         yield self._choices()
+
+    def hold(self, request: RunRequest, steps: Sequence[Step]) -> Any:
+        """A sampling session whose history is ``steps``: the live one, cropped to the prefix
+        it shares with them (its KV cache kept up to there, as a branch crops it) when it runs
+        on the same prompt; else a new one, its cache rebuilt in one prefill at the next
+        token. No records: the caller shows these steps already."""
+        bundle = self._bundle()
+        ids = bundle.encode_prompt(request.prompt, request.chat_template)
+        live_one = self.session
+        if live_one is not None and live_one.method == SAMPLING and prompt_of(live_one) == ids:
+            follow(live_one, steps)
+            live_one.settings = request.settings
+            return live_one
+        session = self._make_session(bundle, ids, replace(request, method=SAMPLING))
+        session.resume(steps)
+        self.session = session
+        return session
+
+    def resume_branch(self, request: RunRequest, steps: Sequence[Step], step_index: int,
+                      token_id: int, limit: int | None) -> Action:  # fmt: skip
+        """Take ``token_id`` at ``step_index`` of ``steps`` (a restored run, a node of the
+        tree) and continue: the session over ``steps`` first (``hold``), then a branch."""
+        self.hold(request, steps)
+        yield from self.branch(step_index, token_id, request.settings, limit)
 
     def proceed(self, settings: SamplerSettings, limit: int | None = None) -> Action:
         """Carry the current run on (Continue, Step) with these settings."""
@@ -256,6 +276,28 @@ class Workbench:
         if hasattr(bundle, "make_session"):  # a served model builds its own sessions
             return bundle.make_session(ids, request)
         return make_session(bundle, ids, request, self.draft)
+
+
+def prompt_of(session: Any) -> list[int]:
+    """The tokenised prompt a session runs on (the encoder's input for encoder-decoders)."""
+    if session.is_encoder_decoder:
+        return list(session.encoder_ids)
+    return list(session.ids[: session.prompt_length])
+
+
+def follow(session: Any, steps: Sequence[Step]) -> None:
+    """Make ``session``'s history ``steps``: rewind to the prefix they share (the KV cache is
+    cropped there), then add the rest as they are; the cache catches up at the next forward
+    pass, as after an undo (``GenerationSession._swap`` does the same)."""
+    have = [s.token_id for s in session.history]
+    k = 0
+    while k < min(len(have), len(steps)) and have[k] == steps[k].token_id:
+        k += 1
+    if k < len(have):
+        session.rewind(k)
+    for step in steps[k:]:
+        session.text_track.push(step.token_id)
+        session._add(step)
 
 
 def make_session(

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.tree.model import RunTree
+from engine.tree.options import ExpandOptions  # its home before; torch-free now
 
 
 @dataclass
@@ -22,16 +23,6 @@ class ExpandStats:
     forwards: int = 0  # model forward passes
     added: int = 0  # nodes added (existing children are reused, not counted)
     stopped: bool = False
-
-
-@dataclass(frozen=True)
-class ExpandOptions:
-    depth: int = 3
-    max_children: int = 3
-    min_prob: float = 0.0
-    top_p: float = 1.0
-    use_sampler: bool = False  # rank and cut by the after-sampler probability, not the raw one
-    top_n: int = 5  # candidates kept on each node for the Distribution view
 
 
 def next_logits(bundle: Any, prompt_ids: list[int], seqs: list[list[int]]) -> torch.Tensor:

@@ -23,6 +23,7 @@ class RunTree:
         self.seed = seed
         self.nodes: dict[int, Node] = {0: Node(0, -1, prompt_text, None)}
         self.cursor = 0
+        self._next_id = 1  # ids are never reused; max(nodes) per add made long runs quadratic
 
     # -- building ----------------------------------------------------------------------------
     def add_child(self, parent: int, token_id: int, text: str, raw_prob: float, prob: float,
@@ -33,7 +34,10 @@ class RunTree:
         for cid in up.children:
             if self.nodes[cid].token_id == token_id:
                 return cid
-        nid = max(self.nodes) + 1
+        nid = self._next_id
+        if nid in self.nodes:  # nodes put in by hand (a file): start after the largest
+            nid = max(self.nodes) + 1
+        self._next_id = nid + 1
         self.nodes[nid] = Node(
             nid, token_id, text, parent, raw_prob, prob, logprob,
             up.path_logprob + logprob, up.depth + 1, entropy_raw, [], list(top or []),
@@ -91,48 +95,64 @@ class RunTree:
              use_raw: bool = True) -> int:  # fmt: skip
         """The next (or previous) node along the current path, from the cursor, where the chosen
         token's probability was below ``below_prob`` or the entropy above ``above_bits``."""
-        path = self.path(self._deepest_on_path())
-        here = path.index(self.cursor) if self.cursor in path else -1
+        found = self.find_fork(self.cursor, None, forward, below_prob, above_bits, use_raw)
+        return self.goto(found) if found is not None else self.cursor
+
+    def find_fork(self, start: int, end: int | None = None, forward: bool = True,
+                  below_prob: float = 0.5, above_bits: float = 3.0,
+                  use_raw: bool = True) -> int | None:  # fmt: skip
+        """``fork`` without moving: from ``start`` along the path to ``end`` (default: ``start``
+        followed down through first children); None when there is no fork that way."""
+        path = self.path(end if end is not None else self._deepest_on_path(start))
+        here = path.index(start) if start in path else -1
         order = path[here + 1 :] if forward else path[:here][::-1] if here > 0 else []
         for nid in order:
             n = self.nodes[nid]
             p = n.raw_prob if use_raw else n.prob
             if p < below_prob or n.entropy_raw > above_bits:
-                return self.goto(nid)
-        return self.cursor
+                return nid
+        return None
 
-    def _deepest_on_path(self) -> int:
+    def _deepest_on_path(self, start: int | None = None) -> int:
         """The cursor followed down through first children: the path shown beyond the cursor."""
-        cur = self.cursor
+        cur = self.cursor if start is None else start
         while self.nodes[cur].children:
             cur = self.nodes[cur].children[0]
         return cur
 
     # -- JSON --------------------------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, steps: bool = True, skip: Any = (), nodes: bool = True) -> dict[str, Any]:
+        """The tree as plain JSON types; with ``steps`` each node's Step record too (but not
+        for the node ids in ``skip``: the autosave holds the current path's steps already);
+        without ``nodes`` the head only (a writer that caches the nodes' text adds them)."""
+        from engine.classroom.export import step_to_dict  # one spelling of a Step in JSON
+
+        def payload(n: Node) -> dict[str, Any]:
+            keep = steps and n.step is not None and n.id not in skip
+            return {"step": step_to_dict(n.step)} if keep else {}
+
         return {
             "format": FORMAT,
+            "prompt_text": self.nodes[0].text,
             "prompt_ids": self.prompt_ids,
             "settings": self.settings,
             "seed": self.seed,
             "cursor": self.cursor,
-            "nodes": [
-                {
-                    "id": n.id,
-                    "token_id": n.token_id,
-                    "text": n.text,
-                    "parent": n.parent,
-                    "raw_prob": n.raw_prob,
-                    "prob": n.prob,
-                    "logprob": n.logprob,
-                    "path_logprob": n.path_logprob,
-                    "entropy_raw": n.entropy_raw,
-                    "top": [list(t) for t in n.top],
-                }  # fmt: skip
-                for n in self.nodes.values()
-            ],
+            "nodes": [{**node_dict(n), **payload(n)} for n in self.nodes.values()] if nodes else [],
         }
 
     @classmethod
     def from_json(cls, data: Any) -> RunTree:
         return read_tree(data, cls)
+
+
+def node_dict(n: Node) -> dict[str, Any]:
+    """A node's own fields as JSON types (never changed once the node exists), no record."""
+    return {
+        # the root's text is the prompt, written once as "prompt_text" (it may be longer than
+        # a node's text may be)
+        "id": n.id, "token_id": n.token_id, "text": n.text if n.id else "", "parent": n.parent,
+        "raw_prob": n.raw_prob, "prob": n.prob, "logprob": n.logprob,
+        "path_logprob": n.path_logprob, "entropy_raw": n.entropy_raw,
+        "top": [list(t) for t in n.top],
+    }  # fmt: skip

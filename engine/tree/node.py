@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 FORMAT = "decoding-lab-tree/1"
 MAX_NODES = 200_000  # a hostile file cannot make us allocate without bound
@@ -29,3 +30,6 @@ class Node:
     children: list[int] = field(default_factory=list)
     # the top-N of the distribution this token was picked from: (token_id, text, raw, after)
     top: list[tuple[int, str, float, float]] = field(default_factory=list)
+    # the whole engine.records.Step this token was generated with (top-N raw and after the
+    # sampler, cut-by, settings' notes), when it came from a run; None when it was expanded
+    step: Any = None

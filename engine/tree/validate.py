@@ -8,6 +8,9 @@ import math
 from typing import Any
 
 from engine.tree.node import FORMAT, MAX_NODES, MAX_TEXT, MAX_TOP, Node, TreeFormatError
+from engine.validate.core import InputError
+from engine.validate.limits import MAX_TEXT_CHARS
+from engine.validate.steps import read_steps
 
 
 def _need(ok: bool, field: str, what: str) -> None:
@@ -51,6 +54,17 @@ def _top(value: Any, field: str) -> list[tuple[int, str, float, float]]:
     return out
 
 
+def _step(value: Any, field: str, node: Node) -> Any:
+    """A node's Step record: checked as the autosave checks its steps, and for the same token."""
+    _need(isinstance(value, dict), field, "must be an object")
+    try:
+        (step,) = read_steps([value], prefix=field)
+    except InputError as exc:
+        raise TreeFormatError(f"tree file: {exc.message}") from None
+    _need(step.token_id == node.token_id, field + ".token_id", "must be the node's token")
+    return step
+
+
 def read_tree(data: Any, cls: type) -> Any:
     _need(isinstance(data, dict), "top level", "must be an object")
     _need(data.get("format") == FORMAT, "format", f"must be {FORMAT!r}")
@@ -62,7 +76,10 @@ def read_tree(data: Any, cls: type) -> Any:
     nodes = data.get("nodes")
     _need(isinstance(nodes, list) and 1 <= len(nodes) <= MAX_NODES, "nodes",
           f"must be a list of 1 to {MAX_NODES} nodes")  # fmt: skip
-    tree = cls(prompt, "", settings, _int(data.get("seed", 0), "seed", 0))
+    prompt_text = data.get("prompt_text", "")
+    _need(isinstance(prompt_text, str) and len(prompt_text) <= MAX_TEXT_CHARS, "prompt_text",
+          f"must be text of at most {MAX_TEXT_CHARS} characters")  # fmt: skip
+    tree = cls(prompt, prompt_text, settings, _int(data.get("seed", 0), "seed", 0))
     tree.nodes.clear()
     for i, raw in enumerate(nodes):
         f = f"nodes[{i}]"
@@ -85,10 +102,13 @@ def read_tree(data: Any, cls: type) -> Any:
             _real(raw.get("entropy_raw", 0.0), f + ".entropy_raw", False), [],
             _top(raw.get("top", []), f + ".top"),
         )  # fmt: skip
+        if raw.get("step") is not None:
+            node.step = _step(raw["step"], f + ".step", node)
         tree.nodes[nid] = node
         if up is not None:
             up.children.append(nid)
     cursor = data.get("cursor", 0)
     _need(type(cursor) is int and cursor in tree.nodes, "cursor", "must name a node")
     tree.cursor = cursor
+    tree.nodes[0].text = prompt_text or tree.nodes[0].text  # older files had it in the root
     return tree

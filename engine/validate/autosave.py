@@ -11,19 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.records import RUN_METHODS, SAMPLING, Step
 from engine.sampling.settings import SamplerSettings
 from engine.validate.core import InputError, describe
 from engine.validate.jsonio import parse_json, read_json
-from engine.validate.limits import (
-    MAX_CANDIDATES,
-    MAX_RUN_FILE_BYTES,
-    MAX_STEPS,
-    MAX_TEXT_CHARS,
-    MAX_TOKEN_ID,
-)
+from engine.validate.limits import MAX_RUN_FILE_BYTES, MAX_STEPS, MAX_TEXT_CHARS
+from engine.validate.steps import read_steps
 
 AUTOSAVE_FORMAT = "decoding-lab-autosave/1"
 
@@ -44,57 +39,8 @@ class _Autosave(BaseModel):
     prompt: Text = ""
     chat_template: bool = False
     steps: Annotated[list[Any], Field(max_length=MAX_STEPS)] = Field(default_factory=list)
-
-
-# The steps are validated straight into the engine's own records (types from Step's fields:
-# a string where a rank belongs, a null probability, a list where a record belongs all fail),
-# which is three times faster on a long run than a parallel model converted afterwards; the
-# value ranges pydantic cannot read from those fields are checked in one pass after.
-_STEPS = TypeAdapter(list[Step])
-
-
-def _note_dicts(raw_steps: list[Any]) -> list[Any]:
-    """Stage notes are written as [stage, text] pairs; the record takes {stage, text}."""
-    out = raw_steps
-    for i, raw in enumerate(raw_steps):
-        if isinstance(raw, dict) and isinstance(raw.get("stage_notes"), list):
-            if out is raw_steps:
-                out = list(raw_steps)
-            notes = [
-                {"stage": n[0], "text": n[1]} if isinstance(n, list) and len(n) == 2 else n
-                for n in raw["stage_notes"]
-            ]
-            out[i] = {**raw, "stage_notes": notes}
-    return out
-
-
-def _bad(i: int, field: str, expected: str, value: Any) -> InputError:
-    return InputError(f"steps[{i}].{field}: expected {expected}, got {str(value)[:40]}")
-
-
-def _probability(x: float | None) -> bool:
-    return x is None or 0.0 <= x <= 1.0 + 1e-6  # NaN fails both
-
-
-def _check_ranges(steps: list[Step]) -> None:
-    """The bounds of each step's values (one pass; the first failure is named)."""
-    for i, s in enumerate(steps):
-        if not 0 <= s.token_id <= MAX_TOKEN_ID:
-            raise _bad(i, "token_id", f"an id in [0, {MAX_TOKEN_ID}]", s.token_id)
-        if not 1 <= s.rank <= MAX_TOKEN_ID or not 0 <= s.survivors <= MAX_TOKEN_ID:
-            raise _bad(i, "rank", "a rank >= 1 and survivors >= 0", (s.rank, s.survivors))
-        for name in ("raw_prob", "prob", "other_p"):
-            if not _probability(getattr(s, name)):
-                raise _bad(i, name, "a probability in [0, 1]", getattr(s, name))
-        if len(s.candidates) > MAX_CANDIDATES:
-            raise _bad(i, "candidates", f"at most {MAX_CANDIDATES}", len(s.candidates))
-        if len(s.text) > MAX_TEXT_CHARS or len(s.token_str) > MAX_TEXT_CHARS:
-            raise _bad(i, "text", f"at most {MAX_TEXT_CHARS} characters", len(s.text))
-        for c in s.candidates:
-            if not 0 <= c.token_id <= MAX_TOKEN_ID:
-                raise _bad(i, "candidates.token_id", "an id >= 0", c.token_id)
-            if not (_probability(c.raw_prob) and _probability(c.prob)):
-                raise _bad(i, "candidates.prob", "a probability in [0, 1]", c.prob)
+    # the run's tree (engine.tree, "decoding-lab-tree/1"), checked by its own reader
+    tree: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +54,7 @@ class SavedRun:
     prompt: str
     chat_template: bool
     steps: list[Step]
+    tree: Any = None  # engine.tree.RunTree | None: every branch of the run
 
 
 def parse_autosave(text: str | bytes, source: str = "the autosave") -> SavedRun:
@@ -124,10 +71,7 @@ def saved_run(data: Any, source: str = "the autosave") -> SavedRun:
     except ValidationError as exc:
         raise InputError(describe(exc), source) from None
     try:
-        steps = _STEPS.validate_python(_note_dicts(saved.steps))
-        _check_ranges(steps)
-    except ValidationError as exc:
-        raise InputError(describe(exc, prefix="steps"), source) from None
+        steps = read_steps(saved.steps)
     except InputError as exc:
         raise InputError(exc.message, source) from None
     try:
@@ -136,8 +80,19 @@ def saved_run(data: Any, source: str = "the autosave") -> SavedRun:
         raise InputError(f"settings: {exc}", source) from None
     return SavedRun(
         saved.editor_prompt, saved.model, settings, saved.method, saved.prompt,
-        saved.chat_template, steps,
+        saved.chat_template, steps, _tree(saved.tree, source),
     )  # fmt: skip
+
+
+def _tree(data: dict[str, Any] | None, source: str) -> Any:
+    if data is None:
+        return None
+    from engine.tree import RunTree, TreeFormatError
+
+    try:
+        return RunTree.from_json(data)
+    except TreeFormatError as exc:
+        raise InputError(f"the run's {exc}", source) from None
 
 
 def read_autosave(path: str | Path) -> SavedRun | None:

@@ -194,6 +194,17 @@ class TokenPane(QTextEdit):
                 cursor.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
                 cursor.setCharFormat(self._format(self.steps[i], i == index))
 
+    def show_step(self, index: int) -> None:
+        """Scroll so that step ``index`` is in view (a third from the top), if it is not."""
+        if not 0 <= index < len(self._spans):
+            return
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._spans[index][0])
+        rect, view = self.cursorRect(cursor), self.viewport().rect()
+        if not view.contains(rect):
+            bar = self.verticalScrollBar()
+            bar.setValue(bar.value() + rect.top() - view.height() // 3)
+
     # -- mouse --------------------------------------------------------------------------------
 
     def step_at(self, pos: QPoint) -> int | None:

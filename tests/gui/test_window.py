@@ -116,7 +116,8 @@ def test_click_bar_branches_and_undo_restores(qtbot, window, tiny_dir):
     run(qtbot, window, lambda: window.dist.bar_clicked.emit(k, alt))
     branched = [s.token_id for s in window.steps]
     assert branched[:k] == original[:k] and branched[k] == alt
-    assert window.steps[k].forced and len(branched) == 12
+    # issue 25: the branch goes on for the whole budget, counted from the branch point
+    assert window.steps[k].forced and (len(branched) == k + 12 or window.steps[-1].is_eos)
     assert [s.token_id for s in window.pane.steps] == branched
     run(qtbot, window, window.undo)
     assert [s.token_id for s in window.steps] == original
