@@ -258,8 +258,9 @@ class RunStore:
 
     def export(self, kind: str, model: str, settings: dict[str, Any]) -> str:
         prompt = self.run.prompt if self.run else ""
+        tree = self.tree if self.tree is not None and len(self.tree.nodes) > 1 else None
         if kind == "json":
-            return run_to_json(prompt, model, settings, self.steps)
+            return run_to_json(prompt, model, settings, self.steps, tree)
         if kind == "csv":
             return run_to_csv(self.steps)
         if kind == "md":
@@ -268,7 +269,7 @@ class RunStore:
             from engine.classroom.share import run_to_html
 
             method = self.run.method if self.run else ""
-            return run_to_html(prompt, model, settings, self.steps, method=method)
+            return run_to_html(prompt, model, settings, self.steps, method=method, tree=tree)
         raise ValueError(f"unknown export format {kind!r}")
 
     def autosave_text(self, head: dict[str, Any]) -> str:

@@ -117,9 +117,7 @@ def run_to_dict(
 
 def run_to_json(prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step],
                 tree: RunTree | None = None) -> str:  # fmt: skip
-    """``run_to_dict`` as JSON text.
-    TODO(lead): File > Export (gui/store.py, ``RunStore.export``) passes ``tree=`` the store's
-    RunTree once the store keeps one (issue 25, the tree part)."""
+    """``run_to_dict`` as JSON text (File > Export passes the run store's tree)."""
     data = run_to_dict(prompt, model, settings, steps, tree)
     return json.dumps(data, indent=1, ensure_ascii=False)
 

@@ -321,9 +321,7 @@ def run_to_html(
     """The run as one self-contained HTML page (the same inputs as ``engine.classroom.export``'s
     ``run_to_json``, plus the method). ``settings``: a dict or a ``SamplerSettings``. With a
     ``tree`` the page also shows every branch as a collapsible tree (engine.classroom.share_tree);
-    without one it is the page it always was.
-    TODO(lead): the window's File > Export run as web page (gui/store.py, ``RunStore.export``)
-    passes ``tree=`` the store's RunTree once the store keeps one (issue 25, the tree part)."""
+    without one it is the page it always was."""
     e = html.escape  # quote=True: safe in text and in attribute values
     settings = _settings_dict(settings)
     data = _page_data(prompt, model, method, settings, steps, top_n)

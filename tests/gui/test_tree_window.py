@@ -313,3 +313,22 @@ def test_expanding_from_the_prompt_reports_progress_and_stops(qtbot, window, tin
     assert "Expanded (stopped)" in window.status_text.text()
     assert 6 + 36 <= nodes < sum(6**d for d in range(1, 9))  # two levels at least, not all
     assert window.tabs.currentWidget() is window.plots.tree_view
+
+
+def test_exports_carry_the_branches_of_the_tree():
+    """File > Export: the JSON holds the tree (it reads back with both branches) and the web
+    page draws it."""
+    import json
+
+    store = RunStore()
+    store.push(RunStarted("sampling", "p", 2))
+    store.inbox.extend([step(0, 1), step(1, 2), step(2, 3)])
+    store.drain()
+    settings = {"temperature": 1.0}
+    store.inbox.extend([Rewind(1), step(1, 7), step(2, 8)])
+    store.drain()
+    data = json.loads(store.export("json", "m", settings))
+    back = RunTree.from_json(data["tree"])
+    assert shape(back) == shape(store.tree) and {(1, 2, 3), (1, 7, 8)} <= shape(back)
+    page = store.export("html", "m", settings)
+    assert 'class="tree-root"' in page and "t7" in page and "t2" in page
