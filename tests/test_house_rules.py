@@ -39,7 +39,6 @@ DEBT: dict[str, int] = {
     "engine/cli/generate.py:run_local": 91,
     "engine/decode/measure.py:measure": 67,
     "engine/decode/speculative.py:SpeculativeSession._round": 63,
-    "engine/step/fast_t5.py:T5FastStepper.__init__": 70,
     "gui/widgets/plots.py:DistributionPlot.set_step": 70,
     "gui/widgets/sampler_panel.py:SamplerPanel.__init__": 81,
     "gui/widgets/sampler_panel.py:SamplerPanel._advanced_group": 90,
