@@ -30,7 +30,6 @@ UI_BUILDING = {
 DEBT: dict[str, int] = {
     "engine/classroom/lessons.py": 468,
     "engine/decode/session.py": 478,
-    "engine/drivers/bench.py": 639,
     "gui/widgets/sampler_panel.py": 562,
     "gui/window.py": 538,
     "engine/classroom/lessons.py:_parse": 99,
