@@ -6,9 +6,9 @@ tokens so far, a cross-attention over the encoder's output and a feed-forward bl
 cached cross-attention keys through transformers' cache objects. Here the encoder runs once
 (with the model's own encoder, as ``ModelStepper`` does), each decoder layer's cross-attention
 keys and values are projected once, and the decoder step (``engine.step.forward.t5_forward``,
-plain Python run eagerly) fuses q/k/v into one matrix product, writes self-attention keys and
-values in place into a ``StaticKV`` and calls scaled_dot_product_attention with the position
-bias as its float mask.
+plain Python; on CPU compiled by TorchScript from it, ``engine.step.scripted``) fuses q/k/v
+into one matrix product, writes self-attention keys and values in place into a ``StaticKV``
+and calls scaled_dot_product_attention with the position bias as its float mask.
 
 The relative position bias of T5's decoder depends only on how far back a key is (the decoder
 is causal: ``bidirectional=False``), so it is tabulated once per distance with the model's own
@@ -43,9 +43,9 @@ from engine.step.forward import (
     T5_SILU,
     WI_W,
     WO_W,
-    t5_forward,
 )  # fmt: skip
 from engine.step.kvcache import StaticKV
+from engine.step.scripted import cpu_step
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class T5FastStepper:
             n_heads=self.n_heads, head_dim=self.head_dim, eps=float(cfg.layer_norm_epsilon),
             act_kind=_ACTIVATIONS[_act_name(cfg)], gated=_gated(decoder), onednn=self.onednn,
         )  # fmt: skip
-        self._forward = t5_forward
+        self._forward = cpu_step(self.device, "t5_forward")  # TorchScript on CPU
         self.forward_passes = 0
         self.cache = StaticKV(
             len(layers), self.n_heads, self.head_dim, self.dtype, self.device, self.max_len

@@ -14,11 +14,10 @@ windows per layer, rotary tables per layer. Norms follow transformers (computed 
 where transformers does), so the logits agree with ``model(...)`` to float rounding; tests
 compare both and ``transformers.generate``.
 
-``FastStepper`` runs that step eagerly (the CPU path, and the GPU path where no graph is
-captured): on CPU it is as fast as the TorchScript interpreter that ran it before
-(resources/notes/fast-path-python.md has the figures), and ``torch.compile`` of it (the static
-step, ``engine.step.static_step``) gained nothing on CPU. Each torch op releases the GIL while
-it runs, so a busy GUI thread still gets its turns between ops.
+``FastStepper`` runs that step on the CPU compiled by TorchScript from those same functions
+(``engine.step.scripted``: the eager step measured 0.87x of it, and ``torch.compile`` slower
+still; resources/notes/fast-path-python.md), and eagerly elsewhere (the GPU path where no graph
+is captured) or where TorchScript is unavailable.
 
 On CPU the matrix products go through oneDNN (``torch.ops.mkldnn._linear_pointwise``), which
 reads a weight matrix at 30-35 GB/s on the development machine where ``x @ w.T`` (MKL gemv)
@@ -50,8 +49,9 @@ from engine.step.fast_spec import (  # noqa: F401 - re-exported: the fast path's
     read_spec,
     supports,
 )
-from engine.step.forward import forward, linear
+from engine.step.forward import linear
 from engine.step.kvcache import StaticKV
+from engine.step.scripted import cpu_step
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +151,9 @@ def prepared(
 
 
 class FastStepper:
-    """The fast path's step (``engine.step.forward.forward``, eager) over a ``StaticKV`` that
-    grows as needed (attention reads only the filled part): the CPU path, and the GPU path
-    where no graph is captured."""
+    """The fast path's step (``engine.step.forward.forward``; TorchScript on CPU) over a
+    ``StaticKV`` that grows as needed (attention reads only the filled part): the CPU path,
+    and the GPU path where no graph is captured."""
 
     def __init__(self, model: torch.nn.Module, max_len: int | None = None) -> None:
         spec = read_spec(model)
@@ -169,7 +169,7 @@ class FastStepper:
         self.onednn, self.lm_head = ready.onednn, ready.lm_head
         self.layers = [list(layer) for layer in ready.layers]  # shared tensors, own lists
         self._args = spec.args(self.onednn) | {"layers": self.layers, "lm_head": self.lm_head}
-        self._forward = forward
+        self._forward = cpu_step(self.device, "forward")  # TorchScript on CPU: scripted.py
         self.forward_passes = 0
         self.cache = StaticKV(
             len(self.layers), self.n_kv, self.head_dim, self.dtype, self.device, self.max_len

@@ -43,12 +43,17 @@ from engine.step.fast_spec import (
     UP_W,
 )  # fmt: skip
 
+# TorchScript's name for its Scalar type (int or float), which the oneDNN op's argument list
+# takes; to Python (and to type checkers) it is a float.
+number = float
+
 
 def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
     """``x @ w.T``: through oneDNN where ``engine.step.fastpath.prepared`` chose it (``w`` then
     in the layout it prepared: bfloat16 matrices are packed), else ``torch.matmul``."""
     if onednn:
-        return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+        no_scalars: list[number | None] = []  # the op's Scalar?[] argument, typed for TorchScript
+        return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", no_scalars, "")
     return torch.matmul(x, w.t())
 
 
@@ -58,7 +63,7 @@ def norm(x: Tensor, w: Tensor, b: Tensor, kind: int, eps: float) -> Tensor:
     if kind == NORM_RMS_GEMMA:  # Gemma's: scale by (1 + w) in float32, then cast
         normed = torch.rms_norm(x.float(), [x.shape[-1]], None, eps)
         return (normed * (1.0 + w.float())).to(x.dtype)
-    return F.layer_norm(x, [x.shape[-1]], w, b, eps)
+    return torch.layer_norm(x, [x.shape[-1]], w, b, eps)
 
 
 def affine(x: Tensor, w: Tensor, b: Tensor, onednn: bool) -> Tensor:
@@ -70,7 +75,7 @@ def affine(x: Tensor, w: Tensor, b: Tensor, onednn: bool) -> Tensor:
 
 def act(x: Tensor, kind: int) -> Tensor:
     if kind == ACT_SILU:
-        return F.silu(x)
+        return torch.ops.aten.silu(x)
     if kind == ACT_GELU_TANH:
         return F.gelu(x, approximate="tanh")
     return F.gelu(x)
@@ -112,20 +117,23 @@ def attend(
 
 
 def rotary_tables(
-    pos: Tensor, inv_freqs: list[Tensor], rope_scales: list[float], dtype: torch.dtype
+    pos: Tensor, inv_freqs: list[Tensor], rope_scales: list[float], like: Tensor
 ) -> list[list[Tensor]]:
-    """[cos, sin], each [n, rot], per distinct rotary table (Gemma 3: local and global)."""
+    """[cos, sin], each [n, rot] in ``like``'s dtype, per distinct rotary table (Gemma 3:
+    local and global)."""
     tables: list[list[Tensor]] = []
     for j in range(len(inv_freqs)):
         freqs = torch.outer(pos.float(), inv_freqs[j])  # [n, rot/2]
         emb = torch.cat((freqs, freqs), -1)
         scale = rope_scales[j]
-        tables.append([(emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)])
+        tables.append([(emb.cos() * scale).to(like.dtype), (emb.sin() * scale).to(like.dtype)])
     return tables
 
 
-def masks(pos: Tensor, attn_len: int, always_mask: bool, window: int) -> list[Tensor | None]:
-    """[full, local], each [n, attn_len] or None: key j is visible to the row at position p
+def masks(
+    pos: Tensor, attn_len: int, always_mask: bool, window: int
+) -> tuple[Tensor | None, Tensor | None]:
+    """(full, local), each [n, attn_len] or None: key j is visible to the row at position p
     when j <= p (and j > p - window for local). No full mask for one row over exactly its
     past, unless ``always_mask`` (a static cache holds unwritten positions past ``pos``)."""
     full: Tensor | None = None
@@ -136,7 +144,7 @@ def masks(pos: Tensor, attn_len: int, always_mask: bool, window: int) -> list[Te
         full = j <= p
     if window > 0 and (full is not None or attn_len > window):
         local = (j <= p) & (j > p - window)
-    return [full, local]
+    return full, local
 
 
 def write_kv(
@@ -204,7 +212,7 @@ def forward(
         x = x * embed_scale
     if wpe.numel() > 0:
         x = x + wpe.index_select(0, pos)
-    tables = rotary_tables(pos, inv_freqs, rope_scales, x.dtype)
+    tables = rotary_tables(pos, inv_freqs, rope_scales, x)
     full, local = masks(pos, attn_len, always_mask, window)
     no_rotary: list[Tensor] = []
     layer_ids = torch.arange(len(layers), device=x.device)
@@ -242,7 +250,7 @@ def t5_act(x: Tensor, kind: int) -> Tensor:
         return F.gelu(x, approximate="tanh")
     if kind == T5_GELU:
         return F.gelu(x)
-    return F.silu(x)
+    return torch.ops.aten.silu(x)
 
 
 def t5_bias_mask(pos: Tensor, attn_len: int, bias_table: Tensor, n_heads: int) -> Tensor:
