@@ -204,7 +204,7 @@ def static_cpu_section(
     say: Callable[[str], None], name: str = "GPT-2", new_tokens: int = 32
 ) -> dict[str, Any]:
     """9. CPU: the static step (eager over the fixed-capacity cache, and torch.compile'd) vs
-    the dynamic fast step (eager, attending over the filled part), alternated; decides which
+    the dynamic fast step (TorchScript on CPU, filled part only), alternated; decides which
     one CPU sessions use."""
     from engine.step.static_step import StaticStepper
 

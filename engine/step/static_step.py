@@ -22,7 +22,7 @@ which changes the shapes: the step is compiled and captured again for the new ca
 Multi-token calls (the prompt, speculative verification) run the same step eagerly over the
 static cache. Anything that cannot be compiled or captured (no CUDA, an old torch, a failing
 compile) falls back, with one line in the log saying why: to the eager step on a GPU, and on
-CPU the eager ``FastStepper`` (attending over the filled part only) stays the default
+CPU ``FastStepper`` (TorchScript of the same functions, filled part only) stays the default
 (resources/notes/fast-path-python.md has the figures).
 """
 
