@@ -28,12 +28,10 @@ UI_BUILDING = {
 
 # Still to split (issue 23): path or path:function -> its size today, the most it may have.
 DEBT: dict[str, int] = {
-    "engine/drivers/bench.py": 639,
     "gui/widgets/sampler_panel.py": 562,
     "gui/window.py": 538,
     "engine/cli/generate.py:register": 70,
     "engine/cli/generate.py:run_local": 91,
-    "engine/step/fast_t5.py:T5FastStepper.__init__": 70,
     "gui/widgets/plots.py:DistributionPlot.set_step": 70,
     "gui/widgets/sampler_panel.py:SamplerPanel.__init__": 81,
     "gui/widgets/sampler_panel.py:SamplerPanel._advanced_group": 90,

@@ -6,19 +6,18 @@ on arithmetic. This path reuses the model's own weights, but fuses q/k/v and gat
 matrix product each, keeps a preallocated KV cache written in place, computes the rotary
 tables once per call, and calls scaled_dot_product_attention directly: ~15 ops per layer.
 
-The step is written once (``_FORWARD_SOURCE``); the families differ only in a small spec
-(``read_spec``, in ``engine.step.fast_spec``): which norm (Llama's RMSNorm, Gemma's
-``(1 + w)`` RMSNorm, LayerNorm), which activation, gated or plain MLP, q/k norms, biases,
-Gemma's extra norms, embedding scale, learned positions, soft-capping, sliding windows per
-layer, rotary tables per layer. Norms
-follow transformers (computed in float32 where transformers does), so the logits agree with
-``model(...)`` to float rounding; tests compare both and ``transformers.generate``.
+The step is written once, as plain typed Python (``engine.step.forward``); the families differ
+only in a small spec (``read_spec``, in ``engine.step.fast_spec``): which norm (Llama's
+RMSNorm, Gemma's ``(1 + w)`` RMSNorm, LayerNorm), which activation, gated or plain MLP, q/k
+norms, biases, Gemma's extra norms, embedding scale, learned positions, soft-capping, sliding
+windows per layer, rotary tables per layer. Norms follow transformers (computed in float32
+where transformers does), so the logits agree with ``model(...)`` to float rounding; tests
+compare both and ``transformers.generate``.
 
-The same source runs two ways. Compiled by TorchScript (``FastStepper``, the CPU and dynamic
-path): its interpreter runs without Python's GIL, so a busy GUI thread cannot stall the op
-launches of a token. Executed as plain Python (``python_forward``, used by
-``engine.step.static_step``), where ``torch.compile`` can trace and fuse it and a CUDA graph can
-capture it.
+``FastStepper`` runs that step on the CPU compiled by TorchScript from those same functions
+(``engine.step.scripted``: the eager step measured 0.87x of it, and ``torch.compile`` slower
+still; resources/notes/fast-path-python.md), and eagerly elsewhere (the GPU path where no graph
+is captured) or where TorchScript is unavailable.
 
 On CPU the matrix products go through oneDNN (``torch.ops.mkldnn._linear_pointwise``), which
 reads a weight matrix at 30-35 GB/s on the development machine where ``x @ w.T`` (MKL gemv)
@@ -34,8 +33,6 @@ on a probe, the path falls back to ``x @ w.T``.
 from __future__ import annotations
 
 import logging
-import threading
-import typing
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,169 +49,11 @@ from engine.step.fast_spec import (  # noqa: F401 - re-exported: the fast path's
     read_spec,
     supports,
 )
+from engine.step.forward import linear
 from engine.step.kvcache import StaticKV
+from engine.step.scripted import cpu_step
 
 log = logging.getLogger(__name__)
-
-# One forward pass over ``ids`` (TorchScript, or plain Python for torch.compile). ``number`` is
-# TorchScript's Scalar type, which the oneDNN op's argument list needs and which Python
-# annotations cannot spell. A torch built without oneDNN gets the matmul-only ``linear``.
-_LINEAR_SOURCE = {
-    True: """
-def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
-    if onednn:
-        no_scalars: List[Optional[number]] = []
-        return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", no_scalars, "")
-    return torch.matmul(x, w.t())
-""",
-    False: """
-def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
-    return torch.matmul(x, w.t())
-""",
-}
-_FORWARD_SOURCE = """
-def norm(x: Tensor, w: Tensor, b: Tensor, kind: int, eps: float) -> Tensor:
-    if kind == 0:  # Llama's RMSNorm: normalise in float32, scale in the model dtype
-        return w * torch.rms_norm(x.float(), [x.shape[-1]], None, eps).to(x.dtype)
-    if kind == 1:  # Gemma's: scale by (1 + w) in float32, then cast
-        return (torch.rms_norm(x.float(), [x.shape[-1]], None, eps) * (1.0 + w.float())).to(
-            x.dtype
-        )
-    return torch.layer_norm(x, [x.shape[-1]], w, b, eps)
-
-
-def affine(x: Tensor, w: Tensor, b: Tensor, onednn: bool) -> Tensor:
-    y = linear(x, w, onednn)
-    if b.numel() > 0:
-        y = y + b
-    return y
-
-
-def act(x: Tensor, kind: int) -> Tensor:
-    if kind == 0:
-        return torch.ops.aten.silu(x)
-    if kind == 1:
-        return torch.ops.aten.gelu(x, approximate="tanh")
-    return torch.ops.aten.gelu(x)
-
-
-def rotate(x: Tensor, cos: Tensor, sin: Tensor, rot: int) -> Tensor:
-    # x: [heads, n, D]; cos, sin: [n, rot]; only the first ``rot`` dims turn (Phi's partial)
-    half = rot // 2
-    xr = x[:, :, :rot]
-    out = xr * cos + torch.cat((-xr[:, :, half:], xr[:, :, :half]), -1) * sin
-    if rot < x.shape[-1]:
-        out = torch.cat((out, x[:, :, rot:]), -1)
-    return out
-
-
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scale: float,
-           softcap: float, gqa: bool) -> Tensor:
-    # q: [H, n, D]; k, v: [KV, L, D]; mask: [n, L] (True = may attend) -> [H, n, D]
-    if softcap <= 0.0:
-        return torch.ops.aten.scaled_dot_product_attention(
-            q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask, scale=scale,
-            enable_gqa=gqa,
-        )[0]
-    # Gemma 2's soft-capped scores: SDPA has no hook for tanh, so spell attention out
-    rep = q.shape[0] // k.shape[0]
-    if rep > 1:
-        k = k.repeat_interleave(rep, 0)
-        v = v.repeat_interleave(rep, 0)
-    scores = torch.matmul(q, k.transpose(1, 2)) * scale
-    scores = torch.tanh(scores / softcap) * softcap
-    if mask is not None:
-        scores = scores.masked_fill(mask.logical_not(), float("-inf"))
-    probs = torch.softmax(scores.float(), -1).to(q.dtype)
-    return torch.matmul(probs, v)
-
-
-def forward(
-    ids: Tensor, pos: Tensor, attn_len: int, always_mask: bool, embed: Tensor,
-    embed_scale: Tensor, wpe: Tensor, layers: List[List[Tensor]], sliding: List[bool],
-    rope_of: List[int], final_w: Tensor, final_b: Tensor, lm_head: Tensor, k_all: Tensor,
-    v_all: Tensor, inv_freqs: List[Tensor], rope_scales: List[float], rot: int, n_heads: int,
-    n_kv: int, head_dim: int, eps: float, norm_kind: int, act_kind: int, gated: bool,
-    attn_scale: float, attn_softcap: float, final_softcap: float, window: int, keep: int,
-    onednn: bool,
-) -> Tensor:
-    # ids, pos: [n] on the device; keys and values go to k_all/v_all[layer, :, pos];
-    # attention reads positions [0, attn_len) of the cache, masked causally (and by window).
-    n = ids.shape[0]
-    q_size = n_heads * head_dim
-    kv_size = n_kv * head_dim
-    x = embed.index_select(0, ids)  # [n, hidden]
-    if embed_scale.numel() > 0:
-        x = x * embed_scale
-    if wpe.numel() > 0:
-        x = x + wpe.index_select(0, pos)
-    # rotary tables, one pair per distinct table (Gemma 3: local and global)
-    cos_sin: List[List[Tensor]] = []
-    for j in range(len(inv_freqs)):
-        freqs = torch.outer(pos.float(), inv_freqs[j])  # [n, rot/2]
-        emb = torch.cat((freqs, freqs), -1)
-        cos_sin.append(
-            [(emb.cos() * rope_scales[j]).to(x.dtype), (emb.sin() * rope_scales[j]).to(x.dtype)]
-        )
-    # masks [n, attn_len]: key j is visible to the row at position p when j <= p (and
-    # j > p - window on sliding layers); none at all for one row over exactly its past
-    full: Optional[Tensor] = None
-    local: Optional[Tensor] = None
-    if n > 1 or always_mask:
-        j = torch.arange(attn_len, device=x.device)
-        full = j.unsqueeze(0) <= pos.unsqueeze(1)
-    if window > 0 and (full is not None or attn_len > window):
-        j = torch.arange(attn_len, device=x.device)
-        local = (j.unsqueeze(0) <= pos.unsqueeze(1)) & (j.unsqueeze(0) > pos.unsqueeze(1) - window)
-    gqa = n_heads != n_kv
-    layer_ids = torch.arange(len(layers), device=x.device)
-    i = 0
-    for w in layers:
-        h = norm(x, w[0], w[1], norm_kind, eps)
-        qkv = affine(h, w[2], w[3], onednn)  # [n, q + 2 kv]
-        qk = qkv[:, : q_size + kv_size].view(n, n_heads + n_kv, head_dim).transpose(0, 1)
-        v = qkv[:, q_size + kv_size :].view(n, n_kv, head_dim).transpose(0, 1)
-        if w[4].numel() > 0:  # Qwen3 / Gemma 3: RMSNorm over each head's q and k
-            qk = torch.cat(
-                (norm(qk[:n_heads], w[4], w[4], norm_kind, eps),
-                 norm(qk[n_heads:], w[5], w[5], norm_kind, eps)), 0
-            )
-        if len(inv_freqs) > 0:
-            cs = cos_sin[rope_of[i]]
-            qk = rotate(qk, cs[0], cs[1], rot)
-        # written into the whole buffer, not into a view of layer i: torch.compile then
-        # updates the graph's input in place instead of copying a layer's cache per token
-        at: List[Optional[Tensor]] = [layer_ids[i : i + 1], None, pos]
-        torch.ops.aten.index_put_(k_all, at, qk[n_heads:].transpose(0, 1))  # [n, kv, D]
-        torch.ops.aten.index_put_(v_all, at, v.transpose(0, 1))
-        mask = local if sliding[i] and local is not None else full
-        att = attend(qk[:n_heads], k_all[i, :, :attn_len], v_all[i, :, :attn_len], mask,
-                     attn_scale, attn_softcap, gqa)
-        a = affine(att.transpose(0, 1).reshape(n, q_size), w[6], w[7], onednn)
-        if w[8].numel() > 0:  # Gemma: norm the attention output before the residual
-            a = norm(a, w[8], w[9], norm_kind, eps)
-        x = x + a
-        h = norm(x, w[10], w[11], norm_kind, eps)
-        u = affine(h, w[14], w[15], onednn)
-        if gated:
-            gate, up = u.chunk(2, -1)
-            u = act(gate, act_kind) * up
-        else:
-            u = act(u, act_kind)
-        m = affine(u, w[16], w[17], onednn)
-        if w[12].numel() > 0:
-            m = norm(m, w[12], w[13], norm_kind, eps)
-        x = x + m
-        i += 1
-    x = norm(x[n - keep :], final_w, final_b, norm_kind, eps)
-    logits = linear(x, lm_head, onednn)
-    if final_softcap > 0.0:
-        logits = torch.tanh(logits / final_softcap) * final_softcap
-    return logits.float()  # [keep, vocab]
-"""
-_compiled: Any = None
-_python: dict[str, Any] | None = None
-_compile_lock = threading.Lock()
 
 
 def has_onednn_linear() -> bool:
@@ -234,50 +73,6 @@ def onednn_supports(dtype: torch.dtype) -> bool:
     if dtype == torch.bfloat16:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     return dtype == torch.float32
-
-
-def compile_forward(onednn: bool) -> Any:
-    """The fast path's TorchScript functions (``forward``, ``linear``, ``norm``...)."""
-    return torch.jit.CompilationUnit(_LINEAR_SOURCE[onednn] + _FORWARD_SOURCE)
-
-
-def python_forward(fresh: bool = False) -> Any:
-    """The same step as plain Python functions (``forward`` etc., matrix products by
-    ``torch.matmul``), for ``torch.compile`` and CUDA graphs. ``fresh``: a new function object
-    (its own code object), so that each ``torch.compile`` of it keeps its own cache of
-    compiled graphs instead of sharing dynamo's per-code recompile limit."""
-    global _python
-    with _compile_lock:
-        if _python is None or fresh:
-            scope: dict[str, Any] = {
-                "torch": torch,
-                "Tensor": torch.Tensor,
-                "List": typing.List,  # noqa: UP006 - the TorchScript source's names
-                "Optional": typing.Optional,
-            }
-            exec(compile(_LINEAR_SOURCE[False] + _FORWARD_SOURCE, "<fastpath>", "exec"), scope)
-            if fresh:
-                return scope["forward"]
-            _python = scope
-    return _python["forward"]
-
-
-def _script() -> Any:
-    """The compiled functions for this torch, built on first use."""
-    global _compiled
-    with _compile_lock:
-        if _compiled is None:
-            try:
-                _compiled = compile_forward(has_onednn_linear())
-            except Exception as exc:  # noqa: BLE001 - no TorchScript: use model.forward
-                raise FastPathUnsupported(f"TorchScript is not available: {exc}") from exc
-    return _compiled
-
-
-def linear(x: torch.Tensor, w: torch.Tensor, onednn: bool) -> torch.Tensor:
-    """``x @ w.T`` as the fast path computes it: with oneDNN (``w`` as ``_cpu_kernel`` prepared
-    it) or with ``torch.matmul``."""
-    return _script().linear(x, w, onednn)
 
 
 def _cpu_kernel(weights: list[torch.Tensor]) -> tuple[bool, list[torch.Tensor]]:
@@ -356,8 +151,9 @@ def prepared(
 
 
 class FastStepper:
-    """The TorchScript step over a ``StaticKV`` that grows as needed (attention reads only the
-    filled part): the CPU path, and the GPU path where no graph is captured."""
+    """The fast path's step (``engine.step.forward.forward``; TorchScript on CPU) over a
+    ``StaticKV`` that grows as needed (attention reads only the filled part): the CPU path,
+    and the GPU path where no graph is captured."""
 
     def __init__(self, model: torch.nn.Module, max_len: int | None = None) -> None:
         spec = read_spec(model)
@@ -373,7 +169,7 @@ class FastStepper:
         self.onednn, self.lm_head = ready.onednn, ready.lm_head
         self.layers = [list(layer) for layer in ready.layers]  # shared tensors, own lists
         self._args = spec.args(self.onednn) | {"layers": self.layers, "lm_head": self.lm_head}
-        self._forward = _script().forward
+        self._forward = cpu_step(self.device, "forward")  # TorchScript on CPU: scripted.py
         self.forward_passes = 0
         self.cache = StaticKV(
             len(self.layers), self.n_kv, self.head_dim, self.dtype, self.device, self.max_len

@@ -1,8 +1,8 @@
 """A static decode step: the shapes a CUDA graph can replay.
 
-The fast path's step (``engine.step.fastpath``'s source, run here as plain Python) over a cache of
-fixed capacity: keys and values are written at ``pos`` (a device tensor), attention reads the
-whole capacity under a mask (key j is visible to the row at position p when j <= p, and
+The fast path's step (``engine.step.forward.forward``) over a cache of fixed capacity: keys and
+values are written at ``pos`` (a device tensor), attention reads the whole capacity under a
+mask (key j is visible to the row at position p when j <= p, and
 j > p - window on sliding layers), so no shape depends on how far decoding has got. That lets
 
 * ``torch.compile`` fuse the step (compiled once per (model, dtype, capacity), shared by the
@@ -22,21 +22,24 @@ which changes the shapes: the step is compiled and captured again for the new ca
 Multi-token calls (the prompt, speculative verification) run the same step eagerly over the
 static cache. Anything that cannot be compiled or captured (no CUDA, an old torch, a failing
 compile) falls back, with one line in the log saying why: to the eager step on a GPU, and on
-CPU the TorchScript ``FastStepper`` stays the default (resources/notes/fast-path.md has the
-figures).
+CPU ``FastStepper`` (TorchScript of the same functions, filled part only) stays the default
+(resources/notes/fast-path-python.md has the figures).
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
-from engine.step.fastpath import Spec, python_forward, read_spec
+from engine.step.fastpath import Spec, read_spec
+from engine.step.forward import forward
 from engine.step.kvcache import StaticKV
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,29 @@ def compile_unavailable() -> str | None:
     return None
 
 
+def fresh_forward() -> Callable[..., torch.Tensor]:
+    """``forward`` as a new function object over its own copy of the code object: dynamo keeps
+    its cache of compiled graphs (and its recompile limit, 8) per code object, so each
+    (model, dtype, capacity) compiled from its own copy does not evict or count against the
+    others."""
+    code = forward.__code__.replace()
+    fn = types.FunctionType(code, forward.__globals__, forward.__name__, forward.__defaults__)
+    fn.__kwdefaults__ = forward.__kwdefaults__
+    return fn
+
+
+def _import_inductor() -> None:
+    """Import inductor before the first compile, without its one warning: torch 2.13's own
+    import chain (``torch._inductor.compile_fx`` -> ``torch.fx.experimental.optimization`` ->
+    ``torch.utils.mkldnn``) defines TorchScript modules and warns "`torch.jit.script_method`
+    is deprecated" once per process. That is torch's code, not a route this project takes."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", r"`torch\.jit\.script_method` is deprecated", DeprecationWarning
+        )
+        importlib.import_module("torch._inductor.compile_fx")
+
+
 def compiled_step(model: torch.nn.Module, dtype: torch.dtype, capacity: int) -> Any:
     """``torch.compile`` of the step, cached per (model, dtype, capacity). Compilation itself
     happens on the first call (seconds to a minute), which is why callers warm it up off the
@@ -75,9 +101,10 @@ def compiled_step(model: torch.nn.Module, dtype: torch.dtype, capacity: int) -> 
     per_model = _COMPILED.setdefault(model, {})
     key = (dtype, capacity)
     if key not in per_model:
+        _import_inductor()
         # fullgraph: a graph break would leave Python between kernels, which capture forbids;
         # dynamic=False: one capacity, one set of shapes, no symbolic sizes
-        per_model[key] = torch.compile(python_forward(fresh=True), fullgraph=True, dynamic=False)
+        per_model[key] = torch.compile(fresh_forward(), fullgraph=True, dynamic=False)
     return per_model[key]
 
 
@@ -111,7 +138,7 @@ class StaticStepper:
             self.compile = False
             self._fall_back(reason)
         self._args = self.spec.args(onednn=False)
-        self._eager = python_forward()
+        self._eager = forward
         self.forward_passes = 0
         self.captures = 0  # graphs captured so far (one per capacity reached)
         self.cache = StaticKV(

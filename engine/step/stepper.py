@@ -7,7 +7,8 @@ common prefix and feeds the rest; nothing is recomputed.
 
 * ``ModelStepper``: transformers' ``model.forward`` for any decoder-only or encoder-decoder
   model, with or without a cache. The encoder runs once, here.
-* ``engine.step.fastpath.FastStepper``: a lean path for the families it knows (TorchScript).
+* ``engine.step.fastpath.FastStepper``: a lean path for the families it knows
+  (``engine.step.forward``: plain Python, run eagerly).
 * ``engine.step.fast_t5.T5FastStepper``: the same for the decoder of T5 encoder-decoder models.
 * ``engine.step.static_step.StaticStepper``: the same step over a fixed-capacity cache, compiled
   and replayed from a CUDA graph on a GPU.
@@ -140,7 +141,7 @@ def make_stepper(
 ) -> Stepper:
     """The fast path when asked for and the model's family has one, else ``ModelStepper``. On
     CUDA the static step (compiled, decode tokens replayed from a CUDA graph); elsewhere, or
-    when that is unavailable, the TorchScript step. An encoder-decoder model gets the T5 step
+    when that is unavailable, the eager fast step. An encoder-decoder model gets the T5 step
     when it is a T5 that path knows."""
     if fast and use_cache and encoder_input_ids:
         t5 = t5_stepper_or_none(model, encoder_input_ids, max_len=max_len)

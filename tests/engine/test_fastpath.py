@@ -103,12 +103,9 @@ def test_cpu_kernel_falls_back_to_matmul_when_onednn_is_missing(monkeypatch):
 
 
 def test_matmul_only_forward_for_a_torch_without_onednn_agrees():
-    from engine.step.fastpath import compile_forward
-
     model = tiny_llama()
     fast = LlamaFastStepper(model)
-    fast._forward = compile_forward(onednn=False).forward  # as a torch without oneDNN builds it
-    fast.onednn = False
+    fast._args["onednn"] = fast.onednn = False  # the step as a torch without oneDNN runs it
     ref = ModelStepper(model, use_cache=False)
     for seq in (PROMPT, PROMPT + [3]):
         torch.testing.assert_close(fast.logits(seq), ref.logits(seq), atol=1e-4, rtol=1e-4)

@@ -7,7 +7,7 @@ import stat
 import pytest
 from transformers import AutoConfig
 
-from engine.drivers import bench
+from engine.drivers import bench, bench_common, bench_families, bench_llama_cpp
 
 
 def test_header_names_the_cpu_its_flags_and_the_load():
@@ -39,9 +39,9 @@ def test_a_crashing_comparator_prints_a_line_and_the_bench_goes_on(tmp_path, mon
     crash = tmp_path / "python"
     crash.write_text("#!/bin/sh\nkill -SEGV $$\n")  # as llama.cpp did on some builds
     crash.chmod(crash.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(bench.sys, "executable", str(crash))
+    monkeypatch.setattr(bench_llama_cpp.sys, "executable", str(crash))
     said: list[str] = []
-    assert bench.llama_cpp_in_subprocess("x.gguf", [1, 2], 4, said.append) is None
+    assert bench_llama_cpp.llama_cpp_in_subprocess("x.gguf", [1, 2], 4, said.append) is None
     assert len(said) == 1 and "signal 11" in said[0]
 
 
@@ -71,17 +71,17 @@ def test_matrix_products_alone_times_the_steppers_own_products():
 
     stepper = FastStepper(tiny_llama())
     calls = []
-    real = bench.linear
+    real = bench_common.linear
 
     def counting(x, w, onednn):
         calls.append((tuple(x.shape), tuple(w.shape) if w.dim() == 2 else None))
         return real(x, w, onednn)
 
-    bench.linear = counting
+    bench_common.linear = counting
     try:
         secs = bench.matrix_products_alone(stepper, rounds=2)
     finally:
-        bench.linear = real
+        bench_common.linear = real
     per_token = 4 * len(stepper.layers) + 1  # qkv, o, up, down per layer, and the head
     assert secs is not None and secs > 0
     assert len(calls) == 3 * per_token  # a warm-up and two rounds
@@ -92,7 +92,7 @@ def test_matrix_products_alone_times_the_steppers_own_products():
 def test_family_section_prints_the_ratio_the_tokens_check_and_the_floor(monkeypatch):
     from tiny_models import tiny_llama
 
-    monkeypatch.setattr(bench, "family_model", lambda name, dtype: tiny_llama(vocab=6000))
+    monkeypatch.setattr(bench_families, "family_model", lambda name, dtype: tiny_llama(vocab=6000))
     said: list[str] = []
     results = bench.family_section(said.append, new_tokens=3, names=["Tiny"])
     assert said[0].startswith("8. Tiny (llama), float32") and "x   ours" in said[0]
@@ -106,7 +106,7 @@ def test_family_section_prints_the_ratio_the_tokens_check_and_the_floor(monkeypa
 def test_t5_section_prints_both_ratios_and_the_tokens_check(monkeypatch):
     from tiny_models import tiny_t5
 
-    monkeypatch.setattr(bench, "t5_model", lambda name: tiny_t5())
+    monkeypatch.setattr(bench_families, "t5_model", lambda name: tiny_t5())
     said: list[str] = []
     results = bench.t5_section(said.append, new_tokens=3, names=["Tiny"])
     assert said[0].startswith("10. Tiny (t5), float32") and "x   ours" in said[0]

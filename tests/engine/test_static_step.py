@@ -101,7 +101,7 @@ def test_without_cuda_graphs_fall_back_with_one_line(caplog):
     assert [r.name for r in caplog.records].count("engine.step.static_step") == 1
     assert not static.warm_up()
     assert _greedy(static, PROMPT, 5) == _greedy(FastStepper(model), PROMPT, 5)
-    # and make_stepper keeps the TorchScript step for a model on the CPU
+    # and make_stepper keeps the dynamic fast step for a model on the CPU
     assert static_stepper_or_none(model) is None
     assert isinstance(make_stepper(model, fast=True), FastStepper)
 
@@ -143,7 +143,7 @@ def test_cuda_session_takes_the_graphed_step_and_equals_generate():
 
 
 @pytest.mark.slow
-def test_compiled_static_step_on_cpu_equals_the_torchscript_step():
+def test_compiled_static_step_on_cpu_equals_the_dynamic_fast_step():
     """torch.compile (fullgraph, the cache updated in place) on CPU: what a GPU compiles
     before capture, checked here where CI has no GPU. Compiling takes ~30 s."""
     model = tiny("gemma3")

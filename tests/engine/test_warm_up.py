@@ -292,7 +292,7 @@ def test_compare_captures_before_the_clock_starts(capture_log):
 
 
 def test_bench_captures_before_the_clock_starts(capture_log):
-    import engine.drivers.bench as bench
+    import engine.drivers.bench_families as bench
 
     events, log_clocks = capture_log
     log_clocks(bench)
