@@ -24,6 +24,8 @@ TINY = 1e-45  # the smallest float32 above 0: a forced token the model gave 0 st
 
 
 def _prob(p: float | None) -> float:
+    if p is not None and 0.0 <= p <= 1.0:  # nearly always: one comparison (NaN fails it)
+        return p
     return min(1.0, max(0.0, p)) if p is not None and math.isfinite(p) else 0.0
 
 

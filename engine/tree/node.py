@@ -15,7 +15,7 @@ class TreeFormatError(ValueError):
     """A tree file that is not what it claims; the message names the field."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     id: int
     token_id: int  # -1 for the root (the prompt)
