@@ -24,6 +24,7 @@ class ScoredToken:
     rank: int  # 1-based, in the raw distribution
     surprisal: float  # bits
     top: tuple[tuple[int, str, float], ...] = ()  # (token_id, text, probability)
+    entropy: float = float("nan")  # bits, of the whole distribution at this position
 
 
 @dataclass
@@ -54,6 +55,7 @@ class TextScore:
                     "rank": t.rank,
                     "surprisal": t.surprisal,
                     "top": [list(c) for c in t.top],
+                    "entropy": t.entropy,
                 }
                 for t in self.tokens
             ],  # fmt: skip
@@ -100,6 +102,7 @@ def score_text(bundle: Any, text: str, prompt: str = "", top_n: int = 5) -> Text
             (int(j), tok.decode([int(j)]), math.exp(float(v)))
             for v, j in zip(vals, idx, strict=True)
         )
+        ent = float(-(row.exp() * row).nansum()) / math.log(2)
         out.tokens.append(ScoredToken(context + i, t, tok.decode([t]), lp, rank,
-                                      -lp / math.log(2), top))  # fmt: skip
+                                      -lp / math.log(2), top, ent))  # fmt: skip
     return out

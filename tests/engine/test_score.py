@@ -56,6 +56,8 @@ def test_every_token_equals_one_full_forward(bundle, prompt, text):
         assert t.logprob == pytest.approx(float(row[t.token_id]), abs=1e-4)
         assert t.rank == 1 + int((row > row[t.token_id]).sum())
         assert t.surprisal == pytest.approx(-float(row[t.token_id]) / math.log(2), abs=1e-4)
+        entropy = float(-(row.exp() * row).sum()) / math.log(2)
+        assert t.entropy == pytest.approx(entropy, abs=1e-4)
         vals, top = torch.topk(row, 7)
         assert [c[0] for c in t.top] == top.tolist()
         assert [c[2] for c in t.top] == pytest.approx(vals.exp().tolist(), abs=1e-5)
