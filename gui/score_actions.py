@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from PySide6.QtCore import Slot
+from PySide6.QtCore import QTimer, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDialog,
@@ -38,6 +38,7 @@ from gui.widgets.score_view import SCORE_SOURCE, ScoreView, describe_token, scor
 
 MAX_SCORE_FILE_BYTES = 1024 * 1024  # a text file to score; bigger is refused, not truncated
 MAX_SCORE_CHARS = 200_000  # one forward pass over the whole text: keep it to a page or a few
+BRANCH_HINT = "Click a bar: branch here with that token."
 SCORE_TOP_N = 50  # candidates kept per token: the distribution plot's largest top-N
 
 
@@ -55,6 +56,7 @@ class ScoreHost(Protocol):
     store: Any
     status_text: QLabel
     theme: Any
+    presenting: bool
 
     def menuBar(self) -> Any: ...  # noqa: N802 - Qt's name
     def choose_token(self, step_index: int, token_id: int) -> None: ...
@@ -126,6 +128,9 @@ class ScoreActions:
         self.score: TextScore | None = None
         self.steps: list[Step] = []
         self.text, self.prompt = "", ""
+        self._sizes: list[int] = []  # the middle column's split before the view opened
+        self._hint = ""  # the Distribution tab's hint before it said BRANCH_HINT
+        self.selected: int | None = None
         self.action = QAction("Score a text…", w.output.window())
         self.action.setToolTip("Read a text through the model's eyes: rank and surprisal")
         self.action.triggered.connect(self.ask)
@@ -184,8 +189,15 @@ class ScoreActions:
     # -- showing ------------------------------------------------------------------------------
 
     def open_view(self) -> None:
+        """The view in the output's place, with most of the column: the prompt box shrinks
+        (its sizes come back with the output)."""
+        split = self.view.parentWidget()
+        if not self.view.isVisible():
+            self._sizes = split.sizes()
         self.w.output.hide()
         self.view.show()
+        total = sum(split.sizes())
+        split.setSizes([total // 6, 0, total - total // 6])
         self.apply_look()
 
     @Slot()
@@ -195,6 +207,10 @@ class ScoreActions:
             return
         self.view.hide()
         self.w.output.show()
+        if self._sizes:
+            self.view.parentWidget().setSizes(self._sizes)
+        if self._hint:
+            self.w.plots.dist_box.hint.setText(self._hint)
         if self.w.dist.step is not None and self.w.dist.step.source == SCORE_SOURCE:
             self.w.dist.set_step(None)  # the run's views draw their step at the next change
             if self.w.store.steps:
@@ -205,9 +221,14 @@ class ScoreActions:
         """Show scored token ``index`` in the text, the surprisal plot and the Distribution tab."""
         if not 0 <= index < len(self.steps) or self.score is None:
             return
+        self.selected = index
         self.view.select(index)
         self.w.dist.set_step(self.steps[index])
-        self.w.plots.dist_box.info.setText(describe_token(self.score.tokens[index]))
+        box = self.w.plots.dist_box
+        box.info.setText(describe_token(self.score.tokens[index], self.w.presenting))
+        if box.hint.text() != BRANCH_HINT:
+            self._hint = box.hint.text()
+            box.hint.setText(BRANCH_HINT)
         self.w.tabs.setCurrentWidget(self.w.plots.dist_box)
 
     def apply_look(self) -> None:
@@ -215,11 +236,19 @@ class ScoreActions:
         pt = self.w.text_points()
         self.view.set_theme(self.w.theme)
         self.view.set_font_size(pt)
+        # the presentation switch redraws the run's step into the plot after this: ours again
+        QTimer.singleShot(0, self._reselect)
+
+    def _reselect(self) -> None:
+        if self.view.isVisible() and self.selected is not None:
+            self.select(self.selected)
 
     @Slot(bool)
     def _on_busy(self, busy: bool) -> None:
         if busy and self.w.runner.job_name != "score":  # a run: its output must show
             self.close()
+        elif not busy:  # the window has just redrawn the run's step into the plot: ours again
+            self._reselect()
 
     # -- branch here --------------------------------------------------------------------------
 

@@ -54,12 +54,12 @@ def score_steps(score: TextScore) -> list[Step]:
 def token_tooltip(t: ScoredToken) -> str:
     rows = "".join(
         f"<tr><td>{k + 1}.</td><td><code>{html.escape(repr(text))}</code></td>"
-        f"<td align=right>{pct(p)}</td></tr>"
+        f"<td align=right>{html.escape(pct(p))}</td></tr>"
         for k, (_id, text, p) in enumerate(t.top[:5])
     )
     return (
         f"<b>Token {t.index + 1}</b>: <code>{html.escape(repr(t.text))}</code> (id {t.token_id})"
-        f"<br>probability {pct(math.exp(t.logprob))}, rank {t.rank}, surprisal "
+        f"<br>probability {html.escape(pct(math.exp(t.logprob)))}, rank {t.rank}, surprisal "
         f"{t.surprisal:.2f} bits<br><table>{rows}</table>"
     )
 
@@ -195,6 +195,7 @@ class ScoreView(QWidget):
         self.back.clicked.connect(self.closed)
         self.pane = ScorePane()
         self.plot = SurprisalPlot()
+        self.plot.setMinimumHeight(110)  # its axis labels overlap below this
         self.plot.setToolTip(
             "Surprisal per token, in bits (−log₂ p): tall bars surprised the model. "
             "Colours as in the text; click a bar to pick its token."
@@ -241,10 +242,14 @@ class ScoreView(QWidget):
         self.plot.set_font_size(max(8, points - 1))
 
 
-def describe_token(t: ScoredToken) -> str:
-    """The line above the distribution plot while it shows a scored token."""
+def describe_token(t: ScoredToken, compact: bool = False) -> str:
+    """The line above the distribution plot while it shows a scored token (``compact``: the
+    presentation view, where two lines at 20 pt is all the room there is)."""
+    p = html.escape(pct(math.exp(t.logprob)))
+    word = f"<code>'{html.escape(short(t.text, 16 if compact else 24))}'</code>"
+    if compact:
+        return f"<b>Token {t.index + 1}</b>: {word} {p} · rank {t.rank} · {t.surprisal:.1f} bits"
     return (
-        f"<b>Scored token {t.index + 1}</b>: <code>'{html.escape(short(t.text, 24))}'</code> "
-        f"{pct(math.exp(t.logprob))}, rank {t.rank}, surprisal {t.surprisal:.2f} bits · "
-        "the model's own probabilities (no sampler) · click a bar to branch here with it"
+        f"<b>Scored token {t.index + 1}</b>: {word} {p}, rank {t.rank}, surprisal "
+        f"{t.surprisal:.2f} bits · the model's own probabilities (no sampler)"
     )

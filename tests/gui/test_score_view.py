@@ -8,7 +8,7 @@ import math
 import pytest
 from conftest import load, run
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QTextCursor, QTextDocument
 
 from engine.tree.score import score_text
 from gui.score_actions import MAX_SCORE_FILE_BYTES, SCORE_TOP_N, read_text_file
@@ -45,6 +45,12 @@ def test_colours_follow_the_engines_ranks(qtbot, window, tiny_dir):
     scoring = scored(qtbot, window)
     want = score_text(window.bundle, TEXT, prompt=CONTEXT)  # the engine's own reading
     assert scoring.view.isVisible() and not window.output.isVisible()
+    # the most surprising token is picked and stays in the plot after the job's last redraw
+    worst = max(range(len(want.tokens)), key=lambda i: want.tokens[i].rank)
+    assert scoring.selected == worst and window.dist.step.token_id == want.tokens[worst].token_id
+    window.set_presentation(True)
+    qtbot.waitUntil(lambda: window.dist.step is not None and window.dist.step.source == "score")
+    window.set_presentation(False)
     pane = scoring.view.pane
     assert len(pane._spans) == len(want.tokens)
     theme = window.theme
@@ -61,7 +67,8 @@ def test_click_shows_that_tokens_top_n_and_branch_here(qtbot, window, tiny_dir):
     load(qtbot, window, tiny_dir)
     scoring = scored(qtbot, window)
     want = score_text(window.bundle, TEXT, prompt=CONTEXT, top_n=SCORE_TOP_N)
-    k = 5
+    k = max(range(len(want.tokens)), key=lambda i: want.tokens[i].rank)  # an unlikely token
+    assert math.exp(want.tokens[k].logprob) < 0.001  # shown as "<0.1%" (escaped, or lost)
     click_token(qtbot, scoring.view.pane, k)
     assert scoring.view.pane.selected == k
     step = window.dist.step
@@ -72,6 +79,11 @@ def test_click_shows_that_tokens_top_n_and_branch_here(qtbot, window, tiny_dir):
         [c[2] for c in want.tokens[k].top], abs=1e-6
     )
     assert math.log(step.raw_prob) == pytest.approx(want.tokens[k].logprob, abs=1e-6)
+    info = QTextDocument()  # the line above the plot, as drawn: "<0.1%" must not eat the rest
+    info.setHtml(window.plots.dist_box.info.text())
+    assert f"rank {want.tokens[k].rank}, surprisal {want.tokens[k].surprisal:.2f} bits" in (
+        info.toPlainText()
+    )
     shown = [r[1].token_id for r in window.dist.rows]
     assert shown[: window.dist.shown_n] == [c[0] for c in want.tokens[k].top][: window.dist.shown_n]
     # branch here: the second-ranked alternative at token k
