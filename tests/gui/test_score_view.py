@@ -137,3 +137,8 @@ def test_nothing_to_score_is_refused(qtbot, window, tiny_dir):
     load(qtbot, window, tiny_dir)
     window.show_score("   ")
     assert not window.runner.busy and "Nothing to score" in window.last_error
+
+
+def test_file_menu_has_score_a_text(window):
+    file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
+    assert window.scoring.action in file_menu.actions()
