@@ -8,7 +8,8 @@ template is switched off, as the text was scored without it), a one-token run is
 (Step) and the clicked token is then taken at that first step (the window's choose path), so
 the run continues from the alternative for the usual token budget. On an encoder-decoder model
 the context stays the encoder input and only the first token can be branched (the window
-cannot start the decoder from a given text yet).
+cannot start the decoder from a given text yet). The text before the token is found on the
+job's thread too (a served model's tokenizer may answer over the network).
 
 The window makes one ``ScoreActions(window)``; this module never imports ``gui.window``: what
 it uses of the window is the ``ScoreHost`` protocol below."""
@@ -271,16 +272,26 @@ class ScoreActions:
             w.show_error("On an encoder-decoder model only the first token can be branched: "
                          "the window cannot start the decoder from a given text yet.")  # fmt: skip
             return
-        before = "" if w.bundle.is_encoder_decoder else self._text_before(position)
+        text = self.text
         self.close()
+
+        def before(bundle: Any) -> str:  # on the job's thread: a served tokenizer may be remote
+            if bundle.is_encoder_decoder:
+                return ""
+            ids = bundle.tokenizer(text, add_special_tokens=False)["input_ids"]
+            return bundle.tokenizer.decode(ids[:position])
+
+        def then(prefix: str) -> None:
+            w.after_idle(lambda: self._branch(prefix, token_id))
+
+        if w.runner.task("branch here", before, then):
+            w.status_text.setText(f"Branching at token {position + 1} of the scored text…")
+
+    def _branch(self, before: str, token_id: int) -> None:
+        """The prompt is the context plus ``before``; one Step, then ``token_id`` replaces it."""
+        w = self.w
         w.clear_output()
         w.prompt_box.chat_template.setChecked(False)
         w.prompt.setPlainText(self.prompt + before)
         w.step_once()
         w.after_idle(lambda: w.choose_token(0, token_id) if w.store.steps else None)
-        w.status_text.setText(f"Branching at token {position + 1} of the scored text…")
-
-    def _text_before(self, position: int) -> str:
-        tok = self.w.bundle.tokenizer
-        ids = tok(self.text, add_special_tokens=False)["input_ids"]
-        return tok.decode(ids[:position])
