@@ -158,7 +158,7 @@ class SurprisalPlot(pg.PlotWidget):
                           pen=pg.mkPen(self.theme.muted, width=0.5))  # fmt: skip
         self.setXRange(-0.6, max(n, 10) - 0.4, padding=0)
         top = float(self.values.max()) if n else 1.0
-        self.setYRange(0, max(1.0, top * 1.1), padding=0)
+        self.setYRange(0, max(1.0, top * 1.15), padding=0)  # room for the top tick's label
 
     def mark(self, index: int | None) -> None:
         self.marker.setVisible(index is not None)

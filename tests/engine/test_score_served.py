@@ -1,7 +1,7 @@
 """Scoring a text on a served model (issue 25) without a server: an honest fake vLLM that
 answers ``prompt_logprobs`` from the tiny model's own forward must give the local score; a
 hostile or broken answer must give a RemoteError naming it, never a traceback, a hang or a
-wrong score. (The real vLLM comparison is tests/remote/test_score_served.py.)"""
+wrong score. (The real vLLM comparison is tests/remote/test_vllm_score.py.)"""
 
 from __future__ import annotations
 
