@@ -26,6 +26,8 @@ def apply_theme(w: MainWindow, name: str) -> None:
         plot.set_theme(w.theme)
     w.plots.dist_box.key.set_versions(w.dist.legend_versions())
     w.views.update_legend(w.theme)
+    if hasattr(w, "scoring"):  # gui.score_actions' view
+        w.scoring.apply_look()
 
 
 def apply_zoom(w: MainWindow, points: int) -> None:
@@ -63,6 +65,8 @@ def apply_zoom(w: MainWindow, points: int) -> None:
     # Likewise the speculative statistics: clearing or filling them must not re-lay out the
     # controls column (measured: 15-28 ms of painting at the start of each run).
     w.method.stats.setMinimumHeight(3 * line + 4)
+    if hasattr(w, "scoring"):
+        w.scoring.apply_look()
     QTimer.singleShot(0, lambda: fit_left_column(w))  # after the new font reaches the widgets
 
 

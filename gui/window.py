@@ -33,6 +33,7 @@ from gui import appearance, persist, presentation
 from gui.lessons import Classroom
 from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
 from gui.panels import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
+from gui.score_actions import ScoreActions
 from gui.store import RunStore
 from gui.theme import THEMES
 from gui.tree_actions import TreeActions
@@ -69,15 +70,12 @@ class MainWindow(QMainWindow):
         self.store = RunStore()
         self.runner = EngineRunner(self.store, self)
         self.bundle: ModelBundle | None = None
-        self.theme = THEMES["light"]
-        self.font_pt = BASE_FONT_PT
+        self.theme, self.font_pt = THEMES["light"], BASE_FONT_PT
         self.last_error: str | None = None
         self._error_box: QMessageBox | None = None
         self._after_idle: list[Callable[[], None]] = []
         self._loading_source: str | None = None
-        self._closing = False
-        self._saved_version = -1
-        self.presenting = False
+        self._closing, self.presenting, self._saved_version = False, False, -1
 
         self._build_ui()
         self.acts = build_actions(self)
@@ -86,6 +84,7 @@ class MainWindow(QMainWindow):
         self.classroom.build_menus()
         self.views = RunView(self.store, self.output, self.plots, self.method, self.rate_label)
         self._wire()
+        self.scoring = ScoreActions(self)  # File > Score a text…, the Score view, branch here
         initial = persist.restore_state(self, self.settings_store)
         if self.settings_store.value("window/splitter") is None:  # first start: share it out
             QTimer.singleShot(0, lambda: appearance.share_width(self))
@@ -227,8 +226,7 @@ class MainWindow(QMainWindow):
         source = self._loading_source or bundle.source_key or bundle.source
         bundle.source_key = source
         previous_example = self.bundle.extra.get("example_prompt") if self.bundle else None
-        self.bundle = bundle
-        self._loading_source = None
+        self.bundle, self._loading_source = bundle, None
         self.picker.remember(source)
         self.model_label.setText(bundle.describe())
         self.method.set_served(hasattr(bundle, "make_session"))  # a served model's stream mode
@@ -419,6 +417,9 @@ class MainWindow(QMainWindow):
     def text_points(self) -> int:
         return presentation.text_points(self)
 
+    def show_score(self, text: str, prompt: str = "") -> None:
+        self.scoring.show(text, prompt)  # gui.score_actions: scored off the GUI thread
+
     @Slot(str)
     def _on_job_done(self, name: str) -> None:
         self.refresh()
@@ -438,8 +439,7 @@ class MainWindow(QMainWindow):
             self.compare_view.set_progress(f"Done: {len(self.store.results)} methods compared.")
 
     def _update_buttons(self) -> None:
-        busy = self.runner.busy
-        has_model = self.bundle is not None
+        busy, has_model = self.runner.busy, self.bundle is not None
         a, store = self.acts, self.store
         a.generate.setEnabled(not busy and has_model)
         a.stop.setEnabled(busy)

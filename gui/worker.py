@@ -311,6 +311,17 @@ class EngineRunner(QObject):
     def compare(self, request: RunRequest) -> bool:
         return self._run("compare", lambda: self.workbench.compare(request))
 
+    def task(
+        self, name: str, work: Callable[[ModelBundle], Any], on_result: Callable[[Any], None]
+    ) -> bool:
+        """One computation on the loaded model that sends no records (scoring a text): ``work``
+        runs on the job's thread, ``on_result`` gets its return value on the GUI thread."""
+        bundle = self.workbench.bundle
+        if bundle is None:
+            self.failed.emit("No model is loaded yet.")
+            return False
+        return self._start(lambda _job: work(bundle), name, on_result, self.failed)
+
     def forget_run(self) -> None:
         """Drop the current session (the output was cleared): the next Step starts a new run.
         Only while no job runs, so nothing else touches the workbench."""

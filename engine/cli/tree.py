@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.cli.common import add_server_options
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     tree = sub.add_parser("tree", help="expand the tree of likely continuations of a prompt")
@@ -25,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     score.add_argument("--prompt", default="", help="context before the text (T5: encoder input)")
     score.add_argument("--top-n", type=int, default=5)
     _common(score)
+    add_server_options(score)  # --server URL --model NAME: vLLM's prompt_logprobs
     score.set_defaults(func=run_score)
 
 
@@ -75,18 +78,23 @@ def run_tree(args: argparse.Namespace) -> int:
 
 def run_score(args: argparse.Namespace) -> int:
     from engine import ModelLoadError
+    from engine.cli.common import open_served
+    from engine.serve.remote import RemoteError
     from engine.tree.score import score_text
 
     try:
-        bundle = _open(args)
-    except ModelLoadError as exc:
+        bundle = open_served(args) if args.server else _open(args)
+    except (ModelLoadError, RemoteError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
         res = score_text(bundle, args.text, prompt=args.prompt, top_n=args.top_n)
-    except (ValueError, NotImplementedError) as exc:
+    except (ValueError, RemoteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if args.server:
+            bundle.client.close()
     for t in res.tokens:
         print(f"{t.text!r:>16}  logp {t.logprob:8.3f}  rank {t.rank:6d}  {t.surprisal:6.2f} bits")
     print(f"total log-prob {res.total_logprob:.3f}, perplexity {res.perplexity:.2f}")

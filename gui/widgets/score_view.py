@@ -1,0 +1,255 @@
+"""The Score view (issue 25, GLTR's view with our plots): a text read through the model's eyes.
+Every token is coloured by its rank in the model's distribution (top-1 / top-10 / top-100 /
+beyond, the output pane's Okabe-Ito buckets), its surprisal is in the tooltip and in a small
+bar plot below, and the totals (log-probability, perplexity) head the view.
+
+The tokens are shown as ``Step``-shaped records (``score_steps``), so the output pane's token
+drawing and the distribution plot serve a scored text as they serve a run."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSplitter,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.records import Candidate, Step
+from engine.tree.score import ScoredToken, TextScore
+from gui.theme import BUCKET_LABELS, LIGHT, Theme, bucket_of
+from gui.widgets.series_plot import style_axes, tick_font
+from gui.widgets.step_text import pct, short
+from gui.widgets.token_pane import COLOR_BY_RANK, TokenPane
+
+SCORE_SOURCE = "score"  # Step.source of a scored token: not a run's step
+
+
+def score_steps(score: TextScore) -> list[Step]:
+    """One Step-shaped record per scored token; ``index`` is its place among the scored tokens
+    (the pane and the plot address tokens by it) and the probabilities are the model's own
+    (no sampler: before and after are the same)."""
+    steps = []
+    for i, t in enumerate(score.tokens):
+        p = math.exp(t.logprob)
+        cands = tuple(Candidate(tid, text, q, q) for tid, text, q in t.top)
+        steps.append(Step(index=i, token_id=t.token_id, text=t.text, token_str=t.text,
+                          raw_prob=p, prob=p, rank=t.rank, candidates=cands,
+                          survivors=len(cands), entropy_raw=t.entropy, entropy=t.entropy,
+                          step_time=0.0, tokens_per_s=0.0, source=SCORE_SOURCE))  # fmt: skip
+    return steps
+
+
+def token_tooltip(t: ScoredToken) -> str:
+    rows = "".join(
+        f"<tr><td>{k + 1}.</td><td><code>{html.escape(repr(text))}</code></td>"
+        f"<td align=right>{html.escape(pct(p))}</td></tr>"
+        for k, (_id, text, p) in enumerate(t.top[:5])
+    )
+    return (
+        f"<b>Token {t.index + 1}</b>: <code>{html.escape(repr(t.text))}</code> (id {t.token_id})"
+        f"<br>probability {html.escape(pct(math.exp(t.logprob)))}, rank {t.rank}, surprisal "
+        f"{t.surprisal:.2f} bits<br><table>{rows}</table>"
+    )
+
+
+def totals_text(score: TextScore) -> str:
+    n = len(score.tokens)
+    skipped = f" · {score.unscored} first token without context, not scored" * bool(score.unscored)
+    return (
+        f"<b>{n} tokens</b> · total log-probability <b>{score.total_logprob:.2f}</b> nats · "
+        f"perplexity <b>{score.perplexity:.2f}</b>{skipped}"
+    )
+
+
+def legend_html(theme: Theme) -> str:
+    chips = "".join(
+        f"<span style='background:{color}; color:{theme.text}'>&nbsp;{label}&nbsp;</span> "
+        for color, label in zip(theme.buckets, BUCKET_LABELS, strict=True)
+    )
+    return f"Rank in the model's list: {chips}"
+
+
+class ScorePane(TokenPane):
+    """The scored text: the output pane's drawing, coloured by rank, with the score's tooltip."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("score_pane")
+        self.setPlaceholderText("File > Score a text…: paste or open a text to read it here.")
+        self.mode = COLOR_BY_RANK
+        self.scored: list[ScoredToken] = []
+
+    def show_score(self, score: TextScore, steps: list[Step]) -> None:
+        self.clear_tokens()
+        self.scored = list(score.tokens)
+        self.append_steps(steps)
+        self.verticalScrollBar().setValue(0)  # read from the start
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.ToolTip:
+            index = self.step_at(event.pos())
+            if index is not None and index < len(self.scored):
+                QToolTip.showText(event.globalPos(), token_tooltip(self.scored[index]), self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(event)
+
+
+class SurprisalPlot(pg.PlotWidget):
+    """One bar per token: its surprisal in bits, coloured by its rank bucket; click a bar to
+    pick that token."""
+
+    token_clicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("surprisal_plot")
+        plot = self.getPlotItem()
+        plot.setMenuEnabled(False)
+        plot.hideButtons()
+        plot.getViewBox().setMouseEnabled(x=False, y=False)
+        plot.getAxis("left").enableAutoSIPrefix(False)
+        self.setLabel("left", "bits")
+        self.setLabel("bottom", "token")
+        self.bars = pg.BarGraphItem(x=[], height=[], width=0.8)
+        self.addItem(self.bars)
+        self.marker = pg.InfiniteLine(angle=90, movable=False)
+        self.addItem(self.marker)
+        self.marker.hide()
+        self.theme = LIGHT
+        self.ranks: list[int] = []
+        self.values = np.zeros(0)
+        self.scene().sigMouseClicked.connect(self._clicked)
+        self.set_theme(LIGHT)
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        style_axes(self, theme)
+        self.marker.setPen(pg.mkPen(theme.chosen, width=2, style=Qt.PenStyle.DashLine))
+        self._draw()
+
+    def set_font_size(self, points: int) -> None:
+        font = tick_font(self, points)
+        for name in ("left", "bottom"):
+            self.getPlotItem().getAxis(name).label.setFont(font)
+
+    def set_tokens(self, surprisals: list[float], ranks: list[int]) -> None:
+        self.values, self.ranks = np.asarray(surprisals, dtype=float), list(ranks)
+        self._draw()
+        self.mark(None)
+
+    def _draw(self) -> None:
+        n = len(self.values)
+        brushes = [pg.mkBrush(self.theme.buckets[bucket_of(r)]) for r in self.ranks]
+        self.bars.setOpts(x=np.arange(n), height=self.values, brushes=brushes,
+                          pen=pg.mkPen(self.theme.muted, width=0.5))  # fmt: skip
+        self.setXRange(-0.6, max(n, 10) - 0.4, padding=0)
+        top = float(self.values.max()) if n else 1.0
+        self.setYRange(0, max(1.0, top * 1.15), padding=0)  # room for the top tick's label
+
+    def mark(self, index: int | None) -> None:
+        self.marker.setVisible(index is not None)
+        if index is not None:
+            self.marker.setPos(index)
+
+    def _clicked(self, event: object) -> None:
+        pos = self.getPlotItem().getViewBox().mapSceneToView(event.scenePos())  # type: ignore[attr-defined]
+        i = round(pos.x())
+        if 0 <= i < len(self.values):
+            self.token_clicked.emit(i)
+
+
+class ScoreView(QWidget):
+    """Totals, the rank key, the coloured text and the surprisal plot; "Back to the run"
+    closes it (``closed``); a click on a token (text or bar) emits ``token_clicked``."""
+
+    token_clicked = Signal(int)
+    closed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("score_view")
+        self.title = QLabel("<b>Scored text</b>")
+        self.totals = QLabel("")
+        self.totals.setObjectName("score_totals")
+        self.totals.setWordWrap(True)
+        self.totals.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.legend = QLabel(legend_html(LIGHT))
+        self.legend.setObjectName("score_legend")
+        self.legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.back = QPushButton("Back to the run")
+        self.back.setToolTip("Close the scored text and show the run's output again.")
+        self.back.clicked.connect(self.closed)
+        self.pane = ScorePane()
+        self.plot = SurprisalPlot()
+        self.plot.setMinimumHeight(110)  # its axis labels overlap below this
+        self.plot.setToolTip(
+            "Surprisal per token, in bits (−log₂ p): tall bars surprised the model. "
+            "Colours as in the text; click a bar to pick its token."
+        )
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.pane)
+        split.addWidget(self.plot)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        top = QHBoxLayout()
+        top.addWidget(self.title)
+        top.addStretch(1)
+        top.addWidget(self.back)
+        layout.addLayout(top)
+        layout.addWidget(self.totals)
+        layout.addWidget(self.legend)
+        layout.addWidget(split, 1)
+        self.pane.token_clicked.connect(self.token_clicked)
+        self.plot.token_clicked.connect(self.token_clicked)
+
+    def show_score(self, score: TextScore, steps: list[Step], what: str = "") -> None:
+        self.title.setText(f"<b>Scored text</b> {html.escape(what)}")
+        self.totals.setText(totals_text(score))
+        self.pane.show_score(score, steps)
+        self.plot.set_tokens([t.surprisal for t in score.tokens], [t.rank for t in score.tokens])
+
+    def select(self, index: int | None) -> None:
+        self.pane.select(index)
+        self.plot.mark(index)
+
+    def set_theme(self, theme: Theme) -> None:
+        self.pane.set_theme(theme)
+        self.plot.set_theme(theme)
+        self.legend.setText(legend_html(theme))
+
+    def set_font_size(self, points: int) -> None:
+        mono = QFont("DejaVu Sans Mono")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        mono.setPointSize(points + 3)  # as the output pane
+        self.pane.setFont(mono)
+        self.pane.document().setDefaultFont(mono)
+        self.plot.set_font_size(max(8, points - 1))
+
+
+def describe_token(t: ScoredToken, compact: bool = False) -> str:
+    """The line above the distribution plot while it shows a scored token (``compact``: the
+    presentation view, where two lines at 20 pt is all the room there is)."""
+    p = html.escape(pct(math.exp(t.logprob)))
+    word = f"<code>'{html.escape(short(t.text, 16 if compact else 24))}'</code>"
+    if compact:
+        return f"<b>Token {t.index + 1}</b>: {word} {p} · rank {t.rank} · {t.surprisal:.1f} bits"
+    return (
+        f"<b>Scored token {t.index + 1}</b>: {word} {p}, rank {t.rank}, surprisal "
+        f"{t.surprisal:.2f} bits · the model's own probabilities (no sampler)"
+    )
