@@ -30,6 +30,7 @@ from engine.validate.served import (
     unknown_ids_notice,
 )
 from gui import appearance, persist, presentation
+from gui.experiment_actions import ExperimentActions
 from gui.lessons import Classroom
 from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
 from gui.panels import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
@@ -68,15 +69,13 @@ class MainWindow(QMainWindow):
         self.store = RunStore()
         self.runner = EngineRunner(self.store, self)
         self.bundle: ModelBundle | None = None
-        self.theme = THEMES["light"]
-        self.font_pt = BASE_FONT_PT
+        self.theme, self.font_pt = THEMES["light"], BASE_FONT_PT
         self.last_error: str | None = None
         self._error_box: QMessageBox | None = None
         self._after_idle: list[Callable[[], None]] = []
         self._loading_source: str | None = None
-        self._closing = False
+        self._closing = self.presenting = False
         self._saved_version = -1
-        self.presenting = False
 
         self._build_ui()
         self.acts = build_actions(self)
@@ -84,6 +83,7 @@ class MainWindow(QMainWindow):
         self.classroom = Classroom(self)
         self.classroom.build_menus()
         self.views = RunView(self.store, self.output, self.plots, self.method, self.rate_label)
+        self.lab = ExperimentActions(self, self.runner, self.views, self._request, self.status_text)
         self._wire()
         initial = persist.restore_state(self, self.settings_store)
         if self.settings_store.value("window/splitter") is None:  # first start: share it out
