@@ -14,9 +14,11 @@ from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow
 
+from engine.classroom.lessons import ACTION_SAMPLE_STEP, ACTION_SWEEP, LessonStage
 from engine.drivers.workbench import RunRequest
 from engine.models.catalog import DECODER_ONLY, list_bundled
 from gui import experiment_jobs as jobs
+from gui.experiment_words import EXPERIMENT_PRESS
 from gui.theme import LIGHT
 from gui.views import RunView
 from gui.widgets.experiment_dialogs import LockstepDialog, RunsDialog, SweepDialog, parse_values
@@ -37,6 +39,7 @@ class ExperimentActions(QObject):
         self.tabs = views.plots.experiments
         self.latest: dict[str, Any] = {}  # what finished jobs returned, drawn on the next tick
         self.sampled: jobs.SampleResult | None = None  # "draw more" goes on from it
+        self.lesson_sweep: tuple[str, tuple[float, ...]] | None = None  # a lesson stage's
         self._looks: tuple[int, bool, str] | None = None
         self._build_menu()
         t = self.tabs
@@ -150,9 +153,23 @@ class ExperimentActions(QObject):
         r = self.request(False)
         return jobs.Where(r.prompt, r.chat_template)
 
+    def prepare_stage(self, stage: LessonStage) -> None:
+        """A lesson stage opened: an experiment stage sets the histogram's N or the sweep's
+        values, picks its page and says in plain words what pressing its button shows."""
+        self.lesson_sweep = stage.sweep if stage.action == ACTION_SWEEP else None
+        if stage.action == ACTION_SAMPLE_STEP:
+            self.tabs.histogram.set_n(stage.samples)
+            page = self.tabs.histogram
+        elif stage.action == ACTION_SWEEP:
+            page = self.tabs.sweep
+        else:
+            return
+        self.tabs.setCurrentWidget(page)  # shown when the job starts: the stage's focus stays
+        self.say(f"Lesson: {stage.title}. {EXPERIMENT_PRESS[stage.action]}")
+
     @Slot()
     def ask_sweep(self) -> None:
-        dialog = SweepDialog(self.window)
+        dialog = SweepDialog(self.window, self.lesson_sweep)
         if dialog.exec() != SweepDialog.DialogCode.Accepted:
             return
         setting, text = dialog.chosen()

@@ -158,6 +158,7 @@ class Classroom:
             self.show_guess_round()
         press = "Generate" if stage.action == ACTION_GENERATE else stage.action.capitalize()
         w.status_text.setText(f"Lesson: {stage.title}. Press {press} when ready.")
+        w.lab.prepare_stage(stage)  # an experiment stage: its N or values, its page, its words
 
     def settings(self, panel: SamplerSettings) -> SamplerSettings:
         """The panel's settings, plus the stage's values for settings the panel cannot show."""

@@ -55,7 +55,11 @@ def _buttons(dialog: QDialog) -> QDialogButtonBox:
 
 
 class SweepDialog(QDialog):
-    def __init__(self, parent: QWidget | None = None) -> None:
+    """``preset``: a lesson stage's (setting, values), filled in."""
+
+    def __init__(
+        self, parent: QWidget | None = None, preset: tuple[str, Sequence[float]] | None = None
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Sweep a setting")
         self.setting = QComboBox()
@@ -71,6 +75,9 @@ class SweepDialog(QDialog):
         self.setting.currentIndexChanged.connect(
             lambda _i: self.values.setText(SWEEP_DEFAULTS.get(self.chosen()[0], ""))
         )
+        if preset is not None:
+            self.setting.setCurrentIndex(max(0, self.setting.findData(preset[0])))
+            self.values.setText(", ".join(f"{v:g}" for v in preset[1]))
 
     def chosen(self) -> tuple[str, str]:
         return str(self.setting.currentData()), self.values.text()

@@ -113,6 +113,12 @@ class HistogramView(QWidget):
     def n(self) -> int:
         return int(self.count.currentData())
 
+    def set_n(self, n: int) -> None:
+        """Choose N (a lesson's own number joins the list)."""
+        if self.count.findData(n) < 0:
+            self.count.addItem(f"{n:,}", n)
+        self.count.setCurrentIndex(self.count.findData(n))
+
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
         style_axes(self.plot, theme)

@@ -26,6 +26,7 @@ from engine.classroom.lessons import (
     LessonStage,
 )
 from engine.records import RUN_METHODS
+from gui.experiment_words import EXPERIMENT_PRESS
 
 BASE_TEXT_PT = 15  # the stage's text: readable from the back of a classroom
 
@@ -33,6 +34,7 @@ PRESS = {
     ACTION_GENERATE: "Press Generate.",
     ACTION_STEP: "Press Step.",
     ACTION_COMPARE: "Run the comparison.",
+    **EXPERIMENT_PRESS,  # lessons 09 and 10: what the class will see
 }
 
 

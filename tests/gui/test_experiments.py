@@ -2,16 +2,22 @@
 computes on its own (the step sample, the sweep, the variation), sweep rows reach the Compare
 tab, and a lockstep against a model with another tokenizer is one message, nothing lost."""
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 from conftest import load, run
 from transformers import ByT5Tokenizer
 
 from engine import GenerationSession
+from engine.classroom.lessons import load_lesson
+from engine.experiments.lesson import run_stage
 from engine.experiments.step_sample import sample_step
 from engine.experiments.sweep import sweep, variation
 from tiny_models import tiny_llama
 
 PROMPT = "Hello there"
+LESSONS = Path(__file__).resolve().parents[2] / "resources" / "lessons"
 
 
 def set_settings(window, **changes):
@@ -122,3 +128,20 @@ def test_lockstep_mismatch_is_one_message_and_nothing_is_lost(qtbot, ready, tmp_
     assert w.last_error is None  # one message, in the view: no dialog
     assert len(view.steps) == 6 and view.table.rowCount() == 6  # the earlier result stays
     assert [s.token_id for s in w.store.steps] == [s.token_id for s in steps]
+
+
+def test_a_lesson_sample_stage_runs_as_the_engine_runs_it(qtbot, ready):
+    """Lesson 09's first stage on the tiny model: the window sets N and the page, says what the
+    class will see, and the histogram equals engine.experiments.lesson.run_stage's."""
+    w = ready
+    lesson = load_lesson(LESSONS / "09-sampling-follows-the-bars.yaml")
+    stage = replace(lesson.stages[1], model="", prompt=PROMPT, use_chat_template=False)
+    w.classroom.apply_stage(stage)
+    view = w.plots.experiments.histogram
+    assert view.n() == stage.samples == 1000
+    assert w.plots.experiments.currentWidget() is view
+    assert "drawn N times" in w.status_text.text() and "Sample_step" not in w.status_text.text()
+    run(qtbot, w, lambda: w.lab.sample(view.n()))
+    wait_drawn(qtbot, lambda: view.sample is not None)
+    expected = run_stage(stage, w.bundle)
+    assert view.sample.rows == expected.rows and view.sample.tv == expected.tv
