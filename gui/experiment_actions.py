@@ -241,5 +241,8 @@ class ExperimentActions(QObject):
         t.histogram.set_font_size(size, presenting)
         t.sweep.set_theme(theme)
         t.sweep.set_font_size(size)
-        t.lockstep.plot.set_theme(theme)
-        t.lockstep.plot.set_font_size(size)
+        for plot in (t.lockstep.kl, t.lockstep.jaccard):
+            plot.set_theme(theme)
+            plot.set_font_size(size)
+        for view in (t.sweep, t.variation, t.lockstep):
+            view.set_compact(presenting)

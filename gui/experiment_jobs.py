@@ -19,6 +19,9 @@ from engine.experiments.sweep import SweepRow, Variation
 from engine.records import MethodResult, Progress
 from engine.sampling.settings import SamplerSettings
 
+# The Compare tab's method column is narrow: "temp 0.5" reads whole where "temperature = 0.5"
+# was cut to "temperature …".
+SHORT = {"temperature": "temp", "top_p": "top-p", "min_p": "min-p", "top_k": "top-k"}
 SERVED_REFUSAL = (
     "{what} needs a model loaded here: a served model sends only its top few probabilities, "
     "not the whole distribution."
@@ -102,7 +105,7 @@ def sweep_job(
         row = sweep(lambda s: session_for(bundle, where, s), base, setting, [value])[0]
         rows.append(row)
         result = MethodResult(
-            method=f"{setting.replace('_', '-')} = {value:g}", token_ids=row.token_ids,
+            method=f"{SHORT.get(setting, setting)} {value:g}", token_ids=row.token_ids,
             text=row.text, seconds=time.perf_counter() - start, forward_passes=len(row.token_ids),
             note=f"log-prob {row.logprob:.1f}, entropy {row.mean_entropy:.2f} bits",
         )  # fmt: skip

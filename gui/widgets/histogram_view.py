@@ -10,6 +10,7 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -26,22 +27,27 @@ from gui.widgets.series_plot import style_axes, tick_font
 from gui.widgets.step_text import pct, short
 
 CHOICES = (10, 100, 1_000, 10_000, MAX_SAMPLES)
-ROWS, ROWS_PRESENTING = 12, 8  # token rows shown (fewer at the presentation view's 20 pt)
+ROWS = 12  # token rows shown at most; fewer when their labels would not fit the plot
 EMPIRICAL = "#0072b2"  # Okabe-Ito blue: what the draws gave
 
 
-def verdict(sample: StepSample) -> str:
+def verdict(sample: StepSample, compact: bool = False) -> str:
     """The fit in plain words: what the numbers mean for the class."""
     if sample.p_value < 0.001:
-        return "the draws do <b>not</b> follow the bars (p < 0.001)"
+        return "they do <b>not</b> follow the bars" if compact else (
+            "the draws do <b>not</b> follow the bars (p < 0.001)")  # fmt: skip
     if sample.n < 100:
-        return "too few draws to judge: draw more and watch the bars"
-    return "the draws follow the bars: the gaps are what chance gives"
+        return "too few to judge" if compact else (
+            "too few draws to judge: draw more and watch the bars")  # fmt: skip
+    return "they follow the bars" if compact else (
+        "the draws follow the bars: the gaps are what chance gives")  # fmt: skip
 
 
-def summary_html(sample: StepSample, where: str) -> str:
+def summary_html(sample: StepSample, where: str, compact: bool = False) -> str:
     tv = f"{sample.tv:.3f}"
     p = "< 0.001" if sample.p_value < 0.001 else f"{sample.p_value:.3f}"
+    if compact:  # the presentation view: one line a back row reads
+        return f"<b>{sample.n:,} draws</b> · distance <b>{tv}</b> · p {p}: {verdict(sample, True)}"
     return (
         f"<b>{sample.n:,} draws</b> {html.escape(where)}. "
         f"Total-variation distance <b>{tv}</b> (0 = identical); chi-square p-value <b>{p}</b> "
@@ -60,9 +66,11 @@ class HistogramView(QWidget):
         self.setObjectName("histogram_view")
         self.sample: StepSample | None = None
         self.rows_shown = ROWS
+        self.compact = False  # the presentation view: a one-line summary
         self.theme = LIGHT
         self._table: list[tuple[int | None, float, int]] = []  # token id (None: the rest)
         self._where = ""
+        self._tick_font = QFont()
         self.count = QComboBox()
         self.count.setObjectName("histogram_n")
         for n in CHOICES:
@@ -124,16 +132,40 @@ class HistogramView(QWidget):
         style_axes(self.plot, theme)
         self.probs.setOpts(brush=pg.mkBrush(theme.kept_bar), pen=pg.mkPen(None))
         self.freqs.setOpts(brush=pg.mkBrush(EMPIRICAL), pen=pg.mkPen(None))
+        self._key()
+
+    def _key(self) -> None:
+        p, d = ("probability", "draws") if self.compact else (
+            "probability after the sampler", "share of the draws")  # fmt: skip
         self.key.setText(
-            f"<span style='color:{theme.kept_bar}'>■</span> probability after the sampler"
-            f" &nbsp; <span style='color:{EMPIRICAL}'>■</span> share of the draws"
+            f"<span style='color:{self.theme.kept_bar}'>■</span> {p} &nbsp; "
+            f"<span style='color:{EMPIRICAL}'>■</span> {d} &nbsp; (labels: {p} | {d})"
+            if self.compact
+            else f"<span style='color:{self.theme.kept_bar}'>■</span> {p} &nbsp; "
+            f"<span style='color:{EMPIRICAL}'>■</span> {d}"
         )
 
-    def set_font_size(self, points: int, presenting: bool = False) -> None:
-        font = tick_font(self.plot, points)
-        self.plot.getPlotItem().getAxis("bottom").label.setFont(font)
-        self.rows_shown = ROWS_PRESENTING if presenting else ROWS
-        if self.sample is not None:
+    def set_font_size(self, points: int, compact: bool = False) -> None:
+        self._tick_font = tick_font(self.plot, points)
+        self.plot.getPlotItem().getAxis("bottom").label.setFont(self._tick_font)
+        self.compact = compact
+        self._key()
+        self._redraw(force=True)
+
+    def _fit_rows(self) -> int:
+        """Token rows whose labels fit the plot's height (the axis and a margin aside)."""
+        line = QFontMetrics(self._tick_font).lineSpacing()
+        room = self.plot.height() - 2 * line  # the axis and its title
+        return max(3, min(ROWS, int(room / (1.15 * line)) - 1))  # one row for "all others"
+
+    def resizeEvent(self, event: object) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._redraw()
+
+    def _redraw(self, force: bool = False) -> None:
+        rows = self._fit_rows()
+        changed, self.rows_shown = rows != self.rows_shown, rows
+        if self.sample is not None and (changed or force):
             self.show_sample(self.sample, self._where)
 
     def clear(self) -> None:
@@ -168,5 +200,5 @@ class HistogramView(QWidget):
         upper = float(max(p.max(initial=0.0), f.max(initial=0.0)))
         self.plot.setXRange(0, min(1.0, upper * 1.08 + 0.01), padding=0)
         self.plot.setYRange(-0.6, len(rows) - 0.4, padding=0)
-        self.info.setText(summary_html(sample, where))
+        self.info.setText(summary_html(sample, where, self.compact))
         self.more.setEnabled(True)

@@ -38,7 +38,8 @@ SWEEP_TIPS = (
 )
 CURVES = (("surprise (bits/token)", "#0072b2"), ("entropy (bits)", "#e69f00"),
           ("distinct-2 (0–1)", "#009e73"))  # fmt: skip
-VARIATION_COLUMNS = ("Runs", "Share", "Leaves the first at", "Output")
+COMPACT_HIDDEN = (1, 3, 4)  # log-prob, entropy, distinct-2: the presentation view keeps three
+VARIATION_COLUMNS = ("Runs", "Share", "Differs at", "Output")
 
 
 def surprise(row: SweepRow) -> float:
@@ -72,6 +73,14 @@ def plain_table(columns: Sequence[str], name: str) -> QTableWidget:
     return table
 
 
+def button_row(button: QPushButton) -> QHBoxLayout:
+    """The page's button at the left, above its text (the text then has the whole width)."""
+    row = QHBoxLayout()
+    row.addWidget(button)
+    row.addStretch(1)
+    return row
+
+
 def note_label(text: str, name: str) -> QLabel:
     label = QLabel(text)
     label.setObjectName(name)
@@ -94,9 +103,6 @@ class SweepView(QWidget):
             "min-p, …): how the text, its likelihood and its variety change.",
             "sweep_info",
         )
-        top = QHBoxLayout()
-        top.addWidget(self.info, 1)
-        top.addWidget(self.run)
         self.table = plain_table(SWEEP_COLUMNS, "sweep_table")
         for i, tip in enumerate(SWEEP_TIPS):
             self.table.horizontalHeaderItem(i).setToolTip(tip)
@@ -113,18 +119,32 @@ class SweepView(QWidget):
                             symbolBrush=color, symbolPen=None)
             for name, color in CURVES
         }  # fmt: skip
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.plot)
-        split.addWidget(self.table)
+        self.plot.setMinimumHeight(150)  # below that the ticks of three curves pile up
+        item.getAxis("left").setStyle(maxTickLevel=0)
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.addWidget(self.plot)
+        self.split.addWidget(self.table)
+        self.split.setSizes([200, 260])  # the outputs need the rows more than the plot
+        self.compact = False
+        self._seed: int | None = None
         layout = QVBoxLayout(self)
-        layout.addLayout(top)
-        layout.addWidget(split, 1)
+        layout.addLayout(button_row(self.run))
+        layout.addWidget(self.info)
+        layout.addWidget(self.split, 1)
         self.run.clicked.connect(self.sweep_requested)
         self.set_theme(LIGHT)
 
     def set_theme(self, theme: Theme) -> None:
         style_axes(self.plot, theme)
         self._title()
+
+    def set_compact(self, on: bool) -> None:
+        """The presentation view: the values and the outputs only, big (no plot)."""
+        self.compact = on
+        self.plot.setVisible(not on)
+        for column in COMPACT_HIDDEN:
+            self.table.setColumnHidden(column, on)
+        self.show_rows(self.rows, self._seed)
 
     def set_font_size(self, points: int) -> None:
         font = tick_font(self.plot, points)
@@ -138,7 +158,7 @@ class SweepView(QWidget):
         self.plot.getPlotItem().setTitle(key)
 
     def show_rows(self, rows: Sequence[SweepRow], seed: int | None = None) -> None:
-        self.rows = list(rows)
+        self.rows, self._seed = list(rows), seed
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             cells = (f"{row.value:g}", f"{row.logprob:.1f}", f"{surprise(row):.2f}",
@@ -158,10 +178,12 @@ class SweepView(QWidget):
             self.curves[name].setData(x, np.array(y, dtype=float))
         setting = rows[0].setting.replace("_", "-")
         self.plot.setLabel("bottom", setting)
+        same = "the same prompt and seed" + ("" if seed is None else f" {seed}")
         self.info.setText(
-            f"<b>{setting}</b> swept over {len(rows)} values, the same prompt and seed "
-            f"{'' if seed is None else f'(seed {seed})'}: surprise per token, entropy and "
-            "distinct-2 across the values. The rows are in the Compare tab too."
+            f"<b>{setting}</b> at {len(rows)} values, {same}."
+            if self.compact
+            else f"<b>{setting}</b> at {len(rows)} values, {same}: surprise per token, entropy "
+            "and distinct-2. The rows are in the Compare tab too."
         )
 
 
@@ -178,12 +200,13 @@ class VariationView(QWidget):
             "often, and at which token each leaves the most common one.",
             "variation_info",
         )
-        top = QHBoxLayout()
-        top.addWidget(self.info, 1)
-        top.addWidget(self.run)
         self.table = plain_table(VARIATION_COLUMNS, "variation_table")
+        self.table.horizontalHeaderItem(2).setToolTip(
+            "The token where this output first differs from the first row's"
+        )
         layout = QVBoxLayout(self)
-        layout.addLayout(top)
+        layout.addLayout(button_row(self.run))
+        layout.addWidget(self.info)
         layout.addWidget(self.table, 1)
         self.run.clicked.connect(self.variation_requested)
 
@@ -197,7 +220,7 @@ class VariationView(QWidget):
         groups = result.continuations
         self.table.setRowCount(len(groups))
         for r, g in enumerate(groups):
-            where = "— (the most common)" if g.diverges_at is None else f"token {g.diverges_at + 1}"
+            where = "—" if g.diverges_at is None else f"token {g.diverges_at + 1}"
             cells = (str(g.count), f"{g.count / result.runs:.0%}", where)
             for c, text in enumerate(cells):
                 self.table.setItem(r, c, cell(text, right=c < 2))
@@ -206,7 +229,15 @@ class VariationView(QWidget):
                 r, 3, cell(" ".join(g.text.split()), tip=f"{g.text}\n\nseeds: {seeds}")
             )
         top = groups[0].count if groups else 0
-        self.info.setText(
-            f"<b>{result.runs} runs</b>, <b>{result.distinct}</b> different continuations; the "
-            f"most common came {top} times ({top / max(1, result.runs):.0%})."
+        common = (
+            "every run wrote something different"
+            if top <= 1
+            else f"the most common came {top} times ({top / max(1, result.runs):.0%})"
         )
+        self.info.setText(
+            f"<b>{result.runs} runs</b>, <b>{result.distinct}</b> different continuations: "
+            f"{common}."
+        )
+
+    def set_compact(self, on: bool) -> None:
+        self.table.setColumnHidden(1, on)  # the share: the count says it to a class

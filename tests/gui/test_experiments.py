@@ -92,7 +92,7 @@ def test_sweep_rows_reach_the_compare_tab(qtbot, ready):
     table = w.compare_view.table
     assert table.rowCount() == 3
     for r, row in enumerate(expected):
-        assert table.item(r, 0).text() == f"temperature = {row.value:g}"
+        assert table.item(r, 0).text() == f"temp {row.value:g}"
         assert table.item(r, table.columnCount() - 1).text() == " ".join(row.text.split())
     shown = w.plots.experiments.sweep.rows
     assert [x.token_ids for x in shown] == [x.token_ids for x in expected]
