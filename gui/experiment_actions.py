@@ -39,6 +39,7 @@ class ExperimentActions(QObject):
         self.tabs = views.plots.experiments
         self.latest: dict[str, Any] = {}  # what finished jobs returned, drawn on the next tick
         self.sampled: jobs.SampleResult | None = None  # "draw more" goes on from it
+        self._sample_key: tuple[Any, ...] = ()  # what it sampled: the step, settings, model
         self.lesson_sweep: tuple[str, tuple[float, ...]] | None = None  # a lesson stage's
         self._looks: tuple[int, bool, str] | None = None
         self._build_menu()
@@ -118,16 +119,24 @@ class ExperimentActions(QObject):
     @Slot(int)
     def sample(self, n: int) -> bool:
         where, settings = self.where(), self.request(False).settings
+        self._sample_key = self._key(where, settings)
         return self._start("step sample", self.tabs.histogram,
                            lambda _job, b: jobs.sample_first(b, where, settings, n))  # fmt: skip
 
     @Slot(int)
     def draw_more(self, n: int) -> bool:
+        """N more draws of the same step; a fresh histogram when the step in view, the
+        settings or the model changed since (more draws of another step would mislead)."""
         previous = self.sampled
-        if previous is None:
+        if previous is None or self._key(self.where(), self.request(False).settings) != (
+            self._sample_key
+        ):
             return self.sample(n)
         return self._start("step sample", self.tabs.histogram,
                            lambda _job, _b: jobs.sample_more(previous, n))  # fmt: skip
+
+    def _key(self, where: jobs.Where, settings: Any) -> tuple[Any, ...]:
+        return (where, settings, id(self.runner.workbench.bundle))
 
     def sweep(self, setting: str, values: list[float]) -> bool:
         where, base = self.where_prompt(), self.request(False).settings

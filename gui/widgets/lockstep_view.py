@@ -21,7 +21,7 @@ from gui.widgets.step_text import pct, short
 from gui.widgets.sweep_view import button_row, cell, note_label, plain_table
 
 COLUMNS = ("Step", "A wrote", "KL", "Jaccard", "Greedy", "A's top", "B's top")
-SHOWN_TOP, SHOWN_TOP_COMPACT = 4, 1  # per list in a table cell; the tooltip has all N
+SHOWN_TOP, SHOWN_TOP_COMPACT = 2, 1  # per list in a table cell; the tooltip has all N
 COMPACT_HIDDEN = (3,)  # the Jaccard column: the presentation view keeps KL and the lists
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import load, run
+from PySide6.QtGui import QFontMetrics
 from transformers import ByT5Tokenizer
 
 from engine import GenerationSession
@@ -80,6 +81,11 @@ def test_the_histogram_shows_the_jobs_counts_and_draw_more_adds_up(qtbot, ready)
     assert all(after.get(t, 0) >= c for t, c in before.items())
     assert [c.n for c in view.sample.checkpoints] == [10, 100, 1000, 2000]
     assert len(w.store.steps) == len(steps)  # the run is untouched
+    # Another step in view: "draw more" starts a fresh histogram of that step.
+    w.select_step(1)
+    run(qtbot, w, lambda: w.lab.draw_more(1000))
+    wait_drawn(qtbot, lambda: view.sample.n == 1000)
+    assert "at step 2" in view.info.text()
 
 
 def test_sweep_rows_reach_the_compare_tab(qtbot, ready):
@@ -145,3 +151,24 @@ def test_a_lesson_sample_stage_runs_as_the_engine_runs_it(qtbot, ready):
     wait_drawn(qtbot, lambda: view.sample is not None)
     expected = run_stage(stage, w.bundle)
     assert view.sample.rows == expected.rows and view.sample.tv == expected.tv
+
+
+def test_the_presentation_view_keeps_what_a_back_row_reads(qtbot, ready):
+    w = ready
+    t = w.plots.experiments
+    run(qtbot, w, lambda: w.lab.sample(100))
+    wait_drawn(qtbot, lambda: t.histogram.sample is not None)
+    normal_rows = len(t.histogram.shown())
+    w.set_presentation(True)
+    wait_drawn(qtbot, lambda: t.sweep.compact and t.lockstep.compact and t.histogram.compact)
+    assert t.sweep.plot.isHidden() and t.lockstep.plots.isHidden()
+    assert t.sweep.table.isColumnHidden(1) and not t.sweep.table.isColumnHidden(5)
+    assert "distance" in t.histogram.info.text() and "degrees" not in t.histogram.info.text()
+    # the rows shown fit the plot at the bigger font: fewer (or as many) as before
+    line = QFontMetrics(t.histogram._tick_font).lineSpacing()
+    shown = len(t.histogram.shown())
+    assert shown <= normal_rows
+    assert shown <= 4 or (shown + 2) * line <= t.histogram.plot.height() * 1.05
+    w.set_presentation(False)
+    wait_drawn(qtbot, lambda: not t.sweep.compact)
+    assert not t.sweep.plot.isHidden() and not t.sweep.table.isColumnHidden(1)
