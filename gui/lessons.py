@@ -35,44 +35,7 @@ from gui.widgets.lesson_panel import LessonPanel, apply_to_panels
 
 if TYPE_CHECKING:
     from engine.classroom.guess import GuessRound
-    from engine.tree import RunTree
     from gui.window import MainWindow
-
-
-class MultiverseViews:
-    """The adapter between a lesson stage and the window's tree and score views (issue 25).
-
-    Those views are being added to the window beside this code, as
-    ``window.open_tree(tree: RunTree) -> None`` and
-    ``window.show_score(text: str, prompt: str = "") -> None``. Until the window has them, a
-    ``tree`` or ``score`` stage says so in the status bar instead of failing. This is the one
-    place that asks the window whether it has them.
-    Both are called once the window is idle (``after_idle``): a stage may have just started
-    loading its model, and scoring needs it (the score view refuses while a job runs).
-    TODO(lead): once both are on MainWindow, call them directly and drop this adapter.
-    """
-
-    def __init__(self, window: MainWindow) -> None:
-        self.window = window
-
-    def open_tree(self, tree: RunTree) -> bool:
-        """Show ``tree`` in the window's tree view; False when the window has none."""
-        show = getattr(self.window, "open_tree", None)
-        if show is None:
-            return False
-        self.window.after_idle(lambda: show(tree))
-        return True
-
-    def show_score(self, text: str, prompt: str) -> bool:
-        """Score ``text`` after ``prompt`` in the window's score view; False when it has none."""
-        show = getattr(self.window, "show_score", None)
-        if show is None:
-            return False
-        self.window.after_idle(lambda: show(text, prompt))
-        return True
-
-
-_NO_VIEW = "This window has no {} view yet, so the stage shows nothing more."
 
 
 class Classroom:
@@ -81,7 +44,6 @@ class Classroom:
     def __init__(self, w: MainWindow) -> None:
         self.w = w
         self.stage: LessonStage | None = None
-        self.views = MultiverseViews(w)
         self.lost: list[str] = []  # stage settings the sampler panel has no control for
         self.panel = LessonPanel()
         self.guess = GuessPanel()
@@ -202,21 +164,23 @@ class Classroom:
             return
         press = "Generate" if stage.action == ACTION_GENERATE else stage.action.capitalize()
         w.status_text.setText(f"Lesson: {stage.title}. Press {press} when ready.")
+        w.lab.prepare_stage(stage)  # an experiment stage: its N or values, its page, its words
 
     def show_multiverse(self, stage: LessonStage) -> str:
         """Open a tree stage's prepared tree or score a score stage's text; what to tell the
         class next (or why nothing opened)."""
-        lesson = self.panel.lesson
+        w, lesson = self.w, self.panel.lesson
         if stage.action == ACTION_SCORE:
-            shown = self.views.show_score(stage.score_text or "", stage.prompt)
-            return "Click a token of the scored text." if shown else _NO_VIEW.format("score")
+            # once the window is idle: the stage may have just started loading its model
+            w.after_idle(lambda: w.show_score(stage.score_text or "", stage.prompt))
+            return "Click a token of the scored text."
         try:  # a fresh copy from the file: checked when the lesson was read, but files change
             tree = load_stage_tree(stage, lesson.path if lesson else None)
         except LessonError as exc:
             self.w.show_error(f"This lesson's tree cannot be opened.\n\n{exc}")
             return "The prepared tree could not be opened."
-        shown = self.views.open_tree(tree)
-        return "Click a node of the tree." if shown else _NO_VIEW.format("tree")
+        w.after_idle(lambda: w.open_tree(tree))
+        return "Click a node of the tree."
 
     def settings(self, panel: SamplerSettings) -> SamplerSettings:
         """The panel's settings, plus the stage's values for settings the panel cannot show."""

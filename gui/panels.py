@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QProgressBar,
+    QPushButton,
     QScrollArea,
     QSizePolicy,
     QSpinBox,
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from gui.widgets.beam_tree import BeamTreePanel, BeamTreeView
 from gui.widgets.compare_view import CompareView
+from gui.widgets.experiment_tabs import ExperimentTabs
 from gui.widgets.fitting import ElidedLabel, OneLineLabel
 from gui.widgets.method_panel import MethodPanel
 from gui.widgets.plots import DistributionPlot
@@ -174,6 +176,9 @@ class DistributionBox(QWidget):
         self.top_n_label = QLabel("Show top")
         row.addWidget(self.top_n_label)
         row.addWidget(self.top_n)
+        self.sample_button = QPushButton("Sample N×")  # gui.experiment_actions: the histogram
+        self.sample_button.setToolTip("Draw this step's token N times (Experiments tab)")
+        row.addWidget(self.sample_button)
         layout.addLayout(row)
         self.key = OneLineLabel()  # one line: two would take rows from the plot
         self.key.set_versions(self.plot.legend_versions())
@@ -206,6 +211,8 @@ class PlotArea(QSplitter):
         self.tabs.addTab(self.compare_view, "Compare")
         self.tree_view = TreeView()  # every branch of the runs on this prompt (issue 25)
         self.tabs.addTab(self.tree_view, "Tree")
+        self.experiments = ExperimentTabs()  # filled by gui.experiment_actions
+        self.tabs.addTab(self.experiments, "Experiments")
         self.entropy.setToolTip(
             "Entropy: how unsure the model is, in bits. 2 to the power of the entropy is the "
             "number of equally likely tokens that would be as unsure: 3 bits ≈ a fair pick "

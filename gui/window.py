@@ -30,6 +30,7 @@ from engine.validate.served import (
     unknown_ids_notice,
 )
 from gui import appearance, persist, presentation
+from gui.experiment_actions import ExperimentActions
 from gui.lessons import Classroom
 from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
 from gui.panels import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
@@ -83,6 +84,7 @@ class MainWindow(QMainWindow):
         self.classroom = Classroom(self)
         self.classroom.build_menus()
         self.views = RunView(self.store, self.output, self.plots, self.method, self.rate_label)
+        self.lab = ExperimentActions(self, self.runner, self.views, self._request, self.status_text)
         self._wire()
         self.scoring = ScoreActions(self)  # File > Score a text…, the Score view, branch here
         initial = persist.restore_state(self, self.settings_store)

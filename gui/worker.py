@@ -322,6 +322,19 @@ class EngineRunner(QObject):
             return False
         return self._start(lambda _job: work(bundle), name, on_result, self.failed)
 
+    def experiment(
+        self, name: str, work: Callable[[Job, Any], Any], on_result: Callable[[Any], None]
+    ) -> bool:
+        """An experiment (``gui.experiment_actions``): ``work(job, bundle)`` runs on the job's
+        thread (a generator is driven like a run: Stop, Progress, records to the store); its
+        return value reaches ``on_result`` on the GUI thread. The current run is untouched."""
+        if self.workbench.bundle is None and not self.busy:
+            self.failed.emit("No model is loaded yet.")
+            return False
+        return self._start(
+            lambda job: work(job, self.workbench.bundle), name, on_result, self.failed
+        )
+
     def forget_run(self) -> None:
         """Drop the current session (the output was cleared): the next Step starts a new run.
         Only while no job runs, so nothing else touches the workbench."""

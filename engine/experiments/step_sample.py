@@ -20,7 +20,8 @@ import torch
 
 from engine.decode.session import GenerationSession, step_seed
 
-MAX_SAMPLES = 100_000
+MAX_SAMPLES = 100_000  # in one round
+MAX_TOTAL = 10 * MAX_SAMPLES  # over the rounds of "draw more"
 MIN_EXPECTED = 5.0  # cells with a smaller expected count are pooled (chi-square rule of thumb)
 
 
@@ -131,25 +132,51 @@ def next_distribution(session: GenerationSession) -> tuple[torch.Tensor, torch.T
 
 def sample_step(session: GenerationSession, n: int, seed: int = 0, top: int = 20) -> StepSample:
     """Draw the session's next token ``n`` times (the session does not move)."""
-    start = time.perf_counter()
-    _logits, probs = next_distribution(session)
-    probs = probs.float()
-    forward_s = time.perf_counter() - start
-    start = time.perf_counter()
-    generator = torch.Generator(device=probs.device).manual_seed(seed)
-    draws = draw(probs, n, generator).cpu().numpy()  # one copy of n ids to the host
-    vocab = probs.shape[-1]
-    p_host = probs.cpu().numpy()
-    fits = []
-    for k in checkpoints_for(n):
-        counts = np.bincount(draws[:k], minlength=vocab)
-        fits.append(Checkpoint(k, *goodness_of_fit(counts, p_host)))
-    sample_s = time.perf_counter() - start
-    return _result(session, probs, counts, n, seed, top, fits, forward_s, sample_s)
+    return StepDraws(session, seed, top).more(n)
+
+
+class StepDraws:
+    """One step's after-sampler distribution, drawn from in rounds ("draw more"): the counts
+    add up over the rounds, so a class watches the fit improve as N grows. The first round of
+    ``n`` draws is exactly ``sample_step(session, n, seed)``; later rounds go on with the same
+    generator. Holds NumPy and one small tensor, no reference to the session."""
+
+    def __init__(self, session: GenerationSession, seed: int = 0, top: int = 20) -> None:
+        start = time.perf_counter()
+        _logits, probs = next_distribution(session)
+        self.probs = probs.float()
+        self.forward_s = time.perf_counter() - start
+        self.p_host = self.probs.cpu().numpy()
+        self.counts = np.zeros(self.p_host.shape[-1], dtype=np.int64)
+        self.generator = torch.Generator(device=self.probs.device).manual_seed(seed)
+        self.show, self.seed, self.top = session.text_track.show, seed, top
+        self.fits: list[Checkpoint] = []
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+    def more(self, n: int) -> StepSample:
+        """``n`` more draws (1..MAX_SAMPLES; MAX_TOTAL in all) -> the fit of all so far."""
+        before = self.n
+        if before + n > MAX_TOTAL:
+            raise ValueError(f"at most {MAX_TOTAL:,} draws in all: start again")
+        start = time.perf_counter()
+        draws = draw(self.probs, n, self.generator).cpu().numpy()  # one copy of n ids
+        for k in checkpoints_for(before + n):  # 10, 100, ... reached in this round
+            if k > before:
+                counts = self.counts + np.bincount(draws[: k - before], minlength=self.counts.size)
+                self.fits.append(Checkpoint(k, *goodness_of_fit(counts, self.p_host)))
+        self.counts = counts
+        sample_s = time.perf_counter() - start
+        return _result(
+            self.show, self.probs, self.counts, before + n, self.seed, self.top, self.fits,
+            self.forward_s, sample_s,
+        )  # fmt: skip
 
 
 def _result(
-    session: GenerationSession, probs: torch.Tensor, counts: Any, n: int, seed: int,
+    show: Any, probs: torch.Tensor, counts: Any, n: int, seed: int,
     top: int, fits: Sequence[Checkpoint], forward_s: float, sample_s: float,
 ) -> StepSample:  # fmt: skip
     k = min(top, probs.shape[-1])
@@ -158,7 +185,6 @@ def _result(
     drawn = [int(i) for i in most_drawn if counts[i] > 0]
     shown = list(dict.fromkeys([i for i in top_ids if probs[i] > 0] + drawn))
     p_host, c_host = probs.tolist(), counts.tolist()
-    show = session.text_track.show
     rows = tuple(HistogramRow(i, show(i), p_host[i], int(c_host[i]), c_host[i] / n) for i in shown)
     last = fits[-1]
     return StepSample(

@@ -112,7 +112,7 @@ class CompareView(QWidget):
                 f"{r.tokens_per_s / base.tokens_per_s:.2f}×" if base and base.tokens_per_s else "–",
                 str(r.forward_passes),
                 f"{r.acceptance:.0%}" if r.acceptance is not None else "–",
-                "yes" if r.identical_to_greedy else "no",
+                {True: "yes", False: "no", None: "–"}[r.identical_to_greedy],
                 r.text.strip(),
             )
             for col, text in enumerate(cells):

@@ -28,6 +28,7 @@ from engine.classroom.lessons import (
     LessonStage,
 )
 from engine.records import RUN_METHODS
+from gui.experiment_words import EXPERIMENT_PRESS
 
 BASE_TEXT_PT = 15  # the stage's text: readable from the back of a classroom
 
@@ -37,6 +38,7 @@ PRESS = {
     ACTION_COMPARE: "Run the comparison.",
     ACTION_TREE: "The prepared tree opens in the tree view: click a node.",
     ACTION_SCORE: "The text is scored: click a token.",
+    **EXPERIMENT_PRESS,  # lessons 09 and 10: what the class will see
 }
 
 

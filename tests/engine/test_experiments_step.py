@@ -2,12 +2,14 @@
 distribution (a chi-square bound with a fixed seed), and the statistics match closed forms."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from engine import GenerationSession, SamplerSettings
 from engine.experiments.step_sample import (
+    StepDraws,
     chi2_sf,
     draw,
     goodness_of_fit,
@@ -107,3 +109,26 @@ def test_seeded_and_the_session_does_not_move(session):
     assert a.rows == b.rows and session.ids == before and not session.history
     with pytest.raises(ValueError):
         sample_step(session, 100_001)
+
+
+def test_draw_more_adds_rounds_as_counted_by_hand(session):
+    """Rounds of "draw more" add up: the counts equal a bincount of the same generator's draws
+    taken by hand, the first round is sample_step's, and the checkpoints run on over rounds."""
+    draws = StepDraws(session, seed=4, top=10)
+    first = draws.more(100)
+    assert first == replace(sample_step(session, 100, seed=4, top=10), sample_s=first.sample_s,
+                            forward_s=first.forward_s)  # fmt: skip
+    total = draws.more(900)
+    _logits, probs = next_distribution(session)
+    g = torch.Generator().manual_seed(4)
+    by_hand = torch.bincount(
+        torch.cat([torch.multinomial(probs.float(), k, True, generator=g) for k in (100, 900)]),
+        minlength=probs.shape[-1],
+    )
+    assert total.n == 1000 and [c.n for c in total.checkpoints] == [10, 100, 1000]
+    assert {r.token_id: r.count for r in total.rows} == {
+        r.token_id: int(by_hand[r.token_id]) for r in total.rows
+    }
+    assert total.other_count == 1000 - sum(int(by_hand[r.token_id]) for r in total.rows)
+    tv, _chi2, _dof, p = goodness_of_fit(by_hand, probs)
+    assert total.tv == pytest.approx(tv) and total.p_value == pytest.approx(p)

@@ -1,5 +1,7 @@
 """Sweeps and stochastic variation, checked against transformers' generate and model.forward."""
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -73,3 +75,24 @@ def test_variation_groups_runs_by_output(make):
             assert c.diverges_at == first_difference(c.token_ids, mode.token_ids) is not None
     greedy = variation(make, base.with_(temperature=0.0), 4)
     assert greedy.distinct == 1 and greedy.continuations[0].count == 4
+
+
+def test_variation_counts_equal_counting_by_hand(make):
+    """Each seed run on its own, counted with a Counter; the divergence found by a plain walk."""
+    base = SamplerSettings(temperature=1.8, top_k=8, max_new_tokens=4, seed=7)
+    result = variation(make, base, 15)
+    outputs = []
+    for seed in range(7, 22):
+        session = make(base.with_(seed=seed))
+        list(session.stream())
+        outputs.append(tuple(session.generated_ids))
+    counted = Counter(outputs)
+    assert len(counted) > 1  # the grouping has something to do
+    assert {c.token_ids: c.count for c in result.continuations} == dict(counted)
+    mode = result.continuations[0].token_ids
+    assert counted[mode] == max(counted.values())
+    for c in result.continuations[1:]:
+        walk = 0
+        while walk < min(len(c.token_ids), len(mode)) and c.token_ids[walk] == mode[walk]:
+            walk += 1
+        assert c.diverges_at == walk

@@ -1,13 +1,11 @@
-"""Lesson stages that open a prepared tree or score a text, in the window. The tree and score
-views are another part's (``window.open_tree(tree)``, ``window.show_score(text, prompt)``):
-these tests put recorders in their place on the window, and test the window's own methods
-only where it has them."""
+"""Lesson stages that open a prepared tree or score a text, in the window
+(``window.open_tree(tree)``, ``window.show_score(text, prompt)``): most tests put recorders in
+their place; one opens the shipped tree in the window's own tree view."""
 
 import pytest
 
 from engine.classroom.lessons import ACTION_SCORE, ACTION_TREE, bundled_lessons, load_stage_tree
 from engine.tree import RunTree
-from gui.window import MainWindow
 
 
 def _multiverse_stages():
@@ -58,16 +56,6 @@ def test_tree_and_score_stages_call_the_windows_views(qtbot, window, monkeypatch
     assert not quiet
 
 
-def test_without_the_views_a_stage_says_so_instead_of_failing(qtbot, window, quiet):
-    if hasattr(MainWindow, "open_tree") or hasattr(MainWindow, "show_score"):
-        pytest.skip("the window has its own tree/score views now: the fallback is unreachable")
-    for lesson, i, _stage in _multiverse_stages():
-        window.classroom.open_lesson(lesson)
-        window.classroom.panel.go_to(i)
-        assert "view yet" in window.status_text.text()
-    assert not quiet
-
-
 def test_a_tree_file_broken_after_loading_is_one_error_message(
     qtbot, window, monkeypatch, quiet, tmp_path
 ):
@@ -87,11 +75,13 @@ def test_a_tree_file_broken_after_loading_is_one_error_message(
 
 
 def test_the_windows_own_tree_view_opens_the_shipped_tree(qtbot, window, quiet):
-    if not hasattr(MainWindow, "open_tree"):
-        pytest.skip("MainWindow.open_tree is not on this branch yet (the tree view's part)")
     lesson, i, stage = next(s for s in _multiverse_stages() if s[2].action == ACTION_TREE)
     window.classroom.open_lesson(lesson)
     window.classroom.panel.go_to(i)
+    qtbot.waitUntil(lambda: window.store.tree is not None and len(window.store.tree.nodes) > 1)
+    shipped = load_stage_tree(stage)
+    assert len(window.store.tree.nodes) == len(shipped.nodes)
+    assert window.store.tree.nodes[0].text == stage.prompt
     assert "Click a node" in window.status_text.text() and not quiet
 
 

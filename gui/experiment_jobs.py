@@ -1,0 +1,145 @@
+"""The experiments' work, as the worker thread runs it (no Qt here): each function takes the
+loaded bundle and plain values captured on the GUI thread, builds its session there (so
+tokenising and the forward passes stay off the GUI thread) and returns plain records. A
+generator yields ``Progress`` (the status bar) and ``MethodResult`` rows (the Compare tab,
+through the run store) and ends early when the Stop button sends ``STOP``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.drivers.workbench import STOP
+from engine.errors import TokenizerMismatchError
+from engine.experiments.lockstep import LockstepStep, LockstepSummary
+from engine.experiments.step_sample import StepDraws, StepSample
+from engine.experiments.sweep import SweepRow, Variation
+from engine.records import MethodResult, Progress
+from engine.sampling.settings import SamplerSettings
+
+# The Compare tab's method column is narrow: "temp 0.5" reads whole where "temperature = 0.5"
+# was cut to "temperature …".
+SHORT = {"temperature": "temp", "top_p": "top-p", "min_p": "min-p", "top_k": "top-k"}
+SERVED_REFUSAL = (
+    "{what} needs a model loaded here: a served model sends only its top few probabilities, "
+    "not the whole distribution."
+)
+
+
+@dataclass(frozen=True)
+class Where:
+    """The text a step reads: the prompt (as the run saw it) and the tokens before the step."""
+
+    prompt: str
+    chat_template: bool
+    prefix: tuple[int, ...] = ()
+    label: str = "at the first step"
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    draws: StepDraws  # kept for "draw more": only a job touches it
+    sample: StepSample
+    label: str
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    rows: tuple[SweepRow, ...]
+    seed: int
+
+
+@dataclass(frozen=True)
+class LockstepResult:
+    steps: tuple[LockstepStep, ...]
+    summary: LockstepSummary | None
+    a: str
+    b: str
+    refusal: str = ""  # the tokenizers differ: this message, nothing else
+
+
+def _local(bundle: Any, what: str) -> Any:
+    if hasattr(bundle, "make_session"):  # engine.serve.remote_session.RemoteBundle
+        raise ValueError(SERVED_REFUSAL.format(what=what))
+    return bundle
+
+
+def session_for(bundle: Any, where: Where, settings: SamplerSettings) -> Any:
+    """A sampling session over the prompt and ``where.prefix`` (the step's context)."""
+    from engine.decode.session import GenerationSession
+
+    ids = bundle.encode_prompt(where.prompt, where.chat_template)
+    if where.prefix and bundle.is_encoder_decoder:
+        raise ValueError("On an encoder-decoder model only the first step can be sampled here.")
+    return GenerationSession(
+        bundle.model, [*ids, *where.prefix], settings, tokenizer=bundle.tokenizer,
+        eos_token_ids=bundle.eos_token_ids, top_n=1, max_context=bundle.context_length,
+    )  # fmt: skip
+
+
+def sample_first(bundle: Any, where: Where, settings: SamplerSettings, n: int) -> SampleResult:
+    """One forward pass at the step, then ``n`` draws (seeded by the settings' seed)."""
+    session = session_for(_local(bundle, "Sampling a step"), where, settings)
+    draws = StepDraws(session, seed=settings.seed, top=20)
+    return SampleResult(draws, draws.more(n), where.label)
+
+
+def sample_more(previous: SampleResult, n: int) -> SampleResult:
+    return SampleResult(previous.draws, previous.draws.more(n), previous.label)
+
+
+def sweep_job(
+    bundle: Any, where: Where, base: SamplerSettings, setting: str, values: Sequence[float]
+) -> Generator[Any, Any, SweepResult]:
+    """One run per value; a Compare-tab row as each one ends."""
+    from engine.experiments.sweep import sweep
+
+    _local(bundle, "A sweep")
+    rows: list[SweepRow] = []
+    for i, value in enumerate(values):
+        if (yield Progress(f"Sweep: {setting} = {value:g} ({i + 1} of {len(values)})")) is STOP:
+            break
+        start = time.perf_counter()
+        row = sweep(lambda s: session_for(bundle, where, s), base, setting, [value])[0]
+        rows.append(row)
+        result = MethodResult(
+            method=f"{SHORT.get(setting, setting)} {value:g}", token_ids=row.token_ids,
+            text=row.text, seconds=time.perf_counter() - start, forward_passes=len(row.token_ids),
+            note=f"log-prob {row.logprob:.1f}, entropy {row.mean_entropy:.2f} bits",
+        )  # fmt: skip
+        if (yield result) is STOP:
+            break
+    return SweepResult(tuple(rows), base.seed)
+
+
+def variation_job(bundle: Any, where: Where, base: SamplerSettings, runs: int) -> Variation:
+    from engine.experiments.sweep import variation
+
+    _local(bundle, "Stochastic variation")
+    return variation(lambda s: session_for(bundle, where, s), base, runs)
+
+
+def lockstep_job(
+    bundle: Any, where: Where, settings: SamplerSettings, source_b: str, top_n: int,
+    say: Any,
+) -> Generator[Any, Any, LockstepResult]:  # fmt: skip
+    """Load B (``same-bf16``: A's own source in bfloat16), then A writes and B scores."""
+    from engine.experiments.lockstep import Lockstep
+    from engine.models.catalog import open_model
+
+    _local(bundle, "Lockstep")
+    same = source_b == "same-bf16"
+    source = (bundle.source_key or bundle.source) if same else source_b
+    say(f"Loading model B: {source}{' in bfloat16' if same else ''}…")
+    b = open_model(source, device=bundle.device, dtype="bfloat16" if same else "auto")
+    b_name = f"{b.name} (bfloat16)" if same else b.name
+    try:
+        lock = Lockstep(session_for(bundle, where, settings), b.model, b.tokenizer, top_n=top_n)
+    except TokenizerMismatchError as exc:
+        return LockstepResult((), None, bundle.name, b_name, refusal=str(exc))
+    for step in lock.stream():
+        if (yield Progress(f"Lockstep: step {step.index + 1}, KL {step.kl:.3f}")) is STOP:
+            break
+    return LockstepResult(tuple(lock.steps), lock.summary(), bundle.name, b_name)

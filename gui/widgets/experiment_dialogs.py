@@ -1,0 +1,130 @@
+"""The small dialogs that start an experiment: which setting to sweep over which values, how
+many seeded runs, and which model B runs beside model A. They return plain values; the
+controller (``gui.experiment_actions``) turns them into jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QSpinBox,
+    QWidget,
+)
+
+from engine.experiments.sweep import MAX_RUNS
+from engine.sampling.settings import SWEEPABLE
+
+# The settings a class sweeps first, with values that show the change; any other SWEEPABLE
+# setting can be chosen too (the values box is then empty to fill in).
+SWEEP_DEFAULTS: dict[str, str] = {
+    "temperature": "0, 0.5, 1.0, 1.5, 2.0",
+    "top_p": "0.3, 0.6, 0.9, 1.0",
+    "min_p": "0, 0.05, 0.1, 0.2, 0.4",
+    "top_k": "1, 5, 20, 50, 0",
+}
+SAME_BF16 = "same-bf16"  # model B = model A in bfloat16
+OTHER = "other"
+
+
+def parse_values(text: str) -> list[float]:
+    """ "0.2, 0.7 1.0" -> [0.2, 0.7, 1.0]; a ValueError names what is not a number."""
+    values = []
+    for part in text.replace(";", ",").replace(" ", ",").split(","):
+        if part.strip():
+            try:
+                values.append(float(part))
+            except ValueError:
+                raise ValueError(f"{part.strip()!r} is not a number") from None
+    if not values:
+        raise ValueError("give at least one value, for example 0.2, 0.7, 1.0")
+    return values
+
+
+def _buttons(dialog: QDialog) -> QDialogButtonBox:
+    ok = QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+    box = QDialogButtonBox(ok)
+    box.accepted.connect(dialog.accept)
+    box.rejected.connect(dialog.reject)
+    return box
+
+
+class SweepDialog(QDialog):
+    """``preset``: a lesson stage's (setting, values), filled in."""
+
+    def __init__(
+        self, parent: QWidget | None = None, preset: tuple[str, Sequence[float]] | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Sweep a setting")
+        self.setting = QComboBox()
+        for name in (*SWEEP_DEFAULTS, *(s for s in SWEEPABLE if s not in SWEEP_DEFAULTS)):
+            self.setting.addItem(name.replace("_", "-"), name)
+        self.values = QLineEdit(SWEEP_DEFAULTS["temperature"])
+        self.values.setObjectName("sweep_values")
+        form = QFormLayout(self)
+        form.addRow(QLabel("The prompt and the seed stay; one run per value."))
+        form.addRow("Setting", self.setting)
+        form.addRow("Values", self.values)
+        form.addRow(_buttons(self))
+        self.setting.currentIndexChanged.connect(
+            lambda _i: self.values.setText(SWEEP_DEFAULTS.get(self.chosen()[0], ""))
+        )
+        if preset is not None:
+            self.setting.setCurrentIndex(max(0, self.setting.findData(preset[0])))
+            self.values.setText(", ".join(f"{v:g}" for v in preset[1]))
+
+    def chosen(self) -> tuple[str, str]:
+        return str(self.setting.currentData()), self.values.text()
+
+
+class RunsDialog(QDialog):
+    def __init__(self, parent: QWidget | None = None, runs: int = 20) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Stochastic variation")
+        self.runs = QSpinBox()
+        self.runs.setRange(2, MAX_RUNS)
+        self.runs.setValue(runs)
+        form = QFormLayout(self)
+        form.addRow(QLabel("Sampled runs from this prompt, seeds seed, seed+1, …"))
+        form.addRow("Runs", self.runs)
+        form.addRow(_buttons(self))
+
+
+class LockstepDialog(QDialog):
+    """Model B: model A in bfloat16, a bundled model, or any folder / .gguf / hub id."""
+
+    def __init__(self, parent: QWidget | None, bundled: Sequence[tuple[str, str]]) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Two models in lockstep")
+        self.model = QComboBox()
+        self.model.setObjectName("lockstep_model")
+        self.model.addItem("The same model in bfloat16", SAME_BF16)
+        for name, title in bundled:
+            self.model.addItem(title, name)
+        self.model.addItem("Another model (folder, .gguf or Hugging Face id)…", OTHER)
+        self.other = QLineEdit()
+        self.other.setPlaceholderText("e.g. HuggingFaceTB/SmolLM2-360M-Instruct")
+        self.other.setEnabled(False)
+        self.top_n = QSpinBox()
+        self.top_n.setRange(2, 50)
+        self.top_n.setValue(10)
+        form = QFormLayout(self)
+        form.addRow(QLabel("A writes the text; B scores every step. They must share a tokenizer."))
+        form.addRow("Model B", self.model)
+        form.addRow("", self.other)
+        form.addRow("Top-N compared", self.top_n)
+        form.addRow(_buttons(self))
+        self.model.currentIndexChanged.connect(
+            lambda _i: self.other.setEnabled(self.model.currentData() == OTHER)
+        )
+
+    def chosen(self) -> tuple[str, int]:
+        """(B's source, or SAME_BF16; top-N)."""
+        data = str(self.model.currentData())
+        return (self.other.text().strip() if data == OTHER else data), self.top_n.value()
