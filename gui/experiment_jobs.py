@@ -9,15 +9,17 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.drivers.workbench import STOP
 from engine.errors import TokenizerMismatchError
-from engine.experiments.lockstep import LockstepStep, LockstepSummary
-from engine.experiments.step_sample import StepDraws, StepSample
-from engine.experiments.sweep import SweepRow, Variation
 from engine.records import MethodResult, Progress
 from engine.sampling.settings import SamplerSettings
+
+if TYPE_CHECKING:  # these modules import torch: the window opens before torch loads
+    from engine.experiments.lockstep import LockstepStep, LockstepSummary
+    from engine.experiments.step_sample import StepDraws, StepSample
+    from engine.experiments.sweep import SweepRow, Variation
 
 # The Compare tab's method column is narrow: "temp 0.5" reads whole where "temperature = 0.5"
 # was cut to "temperature …".
@@ -81,6 +83,8 @@ def session_for(bundle: Any, where: Where, settings: SamplerSettings) -> Any:
 
 def sample_first(bundle: Any, where: Where, settings: SamplerSettings, n: int) -> SampleResult:
     """One forward pass at the step, then ``n`` draws (seeded by the settings' seed)."""
+    from engine.experiments.step_sample import StepDraws
+
     session = session_for(_local(bundle, "Sampling a step"), where, settings)
     draws = StepDraws(session, seed=settings.seed, top=20)
     return SampleResult(draws, draws.more(n), where.label)

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.records import Step
-from engine.tree.score import TextScore, score_text
+from engine.tree.scored import TextScore
 from gui.widgets.score_view import SCORE_SOURCE, ScoreView, describe_token, score_steps
 
 MAX_SCORE_FILE_BYTES = 1024 * 1024  # a text file to score; bigger is refused, not truncated
@@ -169,6 +169,8 @@ class ScoreActions:
         self.text, self.prompt = text, prompt
 
         def work(bundle: Any) -> TextScore:
+            from engine.tree.score import score_text  # torch: loaded with the first model
+
             return score_text(bundle, text, prompt=prompt, top_n=SCORE_TOP_N)
 
         if w.runner.task("score", work, self._scored):

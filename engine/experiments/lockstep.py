@@ -11,47 +11,15 @@ layers differ in width (padded vocabularies), both are compared on the ids they 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from engine.decode.session import GenerationSession
 from engine.errors import TokenizerMismatchError
+from engine.experiments.records import LockstepStep, LockstepSummary, Ranked
 from engine.records import Step
 from engine.step.stepper import Stepper, make_stepper
-
-
-@dataclass(frozen=True)
-class Ranked:
-    token_id: int
-    text: str
-    prob: float
-
-
-@dataclass(frozen=True)
-class LockstepStep:
-    index: int
-    token_id: int  # A's choice
-    text: str
-    a_top: tuple[Ranked, ...]
-    b_top: tuple[Ranked, ...]
-    a_prob: float  # the chosen token's raw probability under A
-    b_prob: float  # and under B
-    kl: float  # KL(A || B), nats
-    jaccard: float  # |top-N of A ∩ top-N of B| / |union|
-    greedy_agree: bool  # argmax of A == argmax of B
-
-
-@dataclass(frozen=True)
-class LockstepSummary:
-    tokens: int
-    mean_kl: float
-    max_kl: float
-    max_kl_step: int
-    mean_jaccard: float
-    greedy_agreement: float  # fraction of steps
-    text: str
 
 
 def check_same_tokenizer(a: Any, b: Any) -> None:

@@ -12,54 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from engine.decode.session import GenerationSession, step_seed
+from engine.experiments.records import MAX_SAMPLES, Checkpoint, HistogramRow, StepSample
 
-MAX_SAMPLES = 100_000  # in one round
 MAX_TOTAL = 10 * MAX_SAMPLES  # over the rounds of "draw more"
 MIN_EXPECTED = 5.0  # cells with a smaller expected count are pooled (chi-square rule of thumb)
-
-
-@dataclass(frozen=True)
-class HistogramRow:
-    token_id: int
-    text: str
-    prob: float  # after the sampler chain
-    count: int  # times drawn
-    freq: float  # count / n
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """The fit after the first ``n`` draws (the bars converging as N grows)."""
-
-    n: int
-    tv: float
-    chi2: float
-    dof: int
-    p_value: float
-
-
-@dataclass(frozen=True)
-class StepSample:
-    n: int
-    seed: int
-    rows: tuple[HistogramRow, ...]  # the ``top`` most probable, then the most drawn others
-    other_prob: float  # after-sampler mass outside ``rows``
-    other_count: int
-    survivors: int  # tokens with non-zero after-sampler probability
-    tv: float  # total-variation distance, empirical vs after-sampler
-    chi2: float
-    dof: int
-    p_value: float
-    checkpoints: tuple[Checkpoint, ...]
-    forward_s: float  # the one forward pass and the chain
-    sample_s: float  # drawing and counting, after the forward pass
 
 
 def chi2_sf(x: float, dof: int) -> float:

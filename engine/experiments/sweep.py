@@ -14,46 +14,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from engine.decode.session import GenerationSession
+from engine.experiments.records import MAX_RUNS, Continuation, SweepRow, Variation
 from engine.records import Step
 from engine.sampling.settings import SWEEPABLE, SamplerSettings
 
-MAX_RUNS = 1000
-
 SessionFactory = Callable[[SamplerSettings], GenerationSession]
-
-
-@dataclass(frozen=True)
-class SweepRow:
-    setting: str
-    value: float
-    text: str
-    token_ids: tuple[int, ...]
-    logprob: float  # sum of log raw probabilities (the model's, temperature 1)
-    sampler_logprob: float  # sum of log after-sampler probabilities (what the draw saw)
-    mean_entropy: float  # bits, after the sampler, averaged over the steps
-    mean_entropy_raw: float  # bits, the model's own
-    distinct: tuple[float, ...]  # distinct-1, distinct-2, distinct-3
-    stop_reason: str
-
-
-@dataclass(frozen=True)
-class Continuation:
-    text: str
-    token_ids: tuple[int, ...]
-    count: int
-    seeds: tuple[int, ...]
-    diverges_at: int | None  # first token index that differs from the most common; None: it
-
-
-@dataclass(frozen=True)
-class Variation:
-    runs: int
-    distinct: int
-    continuations: tuple[Continuation, ...]  # most common first
 
 
 def distinct_n(ids: Sequence[int], n: int) -> float:

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.experiments.sweep import MAX_RUNS
+from engine.experiments.records import MAX_RUNS
 from engine.sampling.settings import SWEEPABLE
 
 # The settings a class sweeps first, with values that show the change; any other SWEEPABLE

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.experiments.step_sample import MAX_SAMPLES, StepSample
+from engine.experiments.records import MAX_SAMPLES, StepSample
 from gui.theme import LIGHT, Theme
 from gui.widgets.series_plot import style_axes, tick_font
 from gui.widgets.step_text import pct, short

@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHeaderView, QPushButton, QSplitter, QVBoxLayout, QWidget
 
-from engine.experiments.lockstep import LockstepStep, LockstepSummary, Ranked
+from engine.experiments.records import LockstepStep, LockstepSummary, Ranked
 from gui.theme import LIGHT, Theme
 from gui.widgets.series_plot import style_axes, tick_font
 from gui.widgets.step_text import pct, short

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.records import Candidate, Step
-from engine.tree.score import ScoredToken, TextScore
+from engine.tree.scored import ScoredToken, TextScore
 from gui.theme import BUCKET_LABELS, LIGHT, Theme, bucket_of
 from gui.widgets.series_plot import style_axes, tick_font
 from gui.widgets.step_text import pct, short

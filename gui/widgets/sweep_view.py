@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.experiments.sweep import SweepRow, Variation
+from engine.experiments.records import SweepRow, Variation
 from gui.theme import LIGHT, Theme
 from gui.widgets.series_plot import style_axes, tick_font
 
