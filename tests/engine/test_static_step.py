@@ -3,6 +3,7 @@ under a mask) equals the dynamic fast path and transformers token for token; its
 it falls back with a reason where graphs cannot be captured. CUDA-only tests skip without a
 GPU."""
 
+import copy
 import logging
 
 import pytest
@@ -110,18 +111,28 @@ def test_without_cuda_graphs_fall_back_with_one_line(caplog):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_graph_replay_equals_the_eager_static_step(family, dtype):
-    model = tiny(family).to("cuda", dtype)
-    graphed = StaticStepper(model, capacity=16)
-    eager = StaticStepper(model, capacity=16, compile=False, graphs=False)
+    """fp32: the compiled, captured step equals the eager one. bf16: both round, differently
+    (inductor fuses norms and keeps fp32 inside its kernels, eager rounds after every op), so
+    each is measured against the same weights in fp32 and the captured step may not be
+    further from it than twice the eager step's own bf16 error."""
+    model = tiny(family).to("cuda")
+    exact = StaticStepper(model, capacity=16, compile=False, graphs=False)
+    low = copy.deepcopy(model).to(dtype)
+    graphed = StaticStepper(low, capacity=16)
+    eager = StaticStepper(low, capacity=16, compile=False, graphs=False)
     assert graphed.graphs and graphed.compile
     ids = list(PROMPT)
+    worst: list[tuple[float, float]] = []
     for _ in range(24):  # crosses 16 and 32: captured again at each capacity
-        a, b = graphed.logits(ids), eager.logits(ids)
+        a, b, ref = graphed.logits(ids), eager.logits(ids), exact.logits(ids)
         if dtype == torch.float32:
             torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
-        else:  # compiled kernels round bf16 differently: within a share of the logits' spread
-            assert float((a - b).abs().max()) <= 0.08 * float(b.std()) + 0.05
-        ids.append(int(b.argmax(-1)[-1]))
+        else:
+            worst.append(tuple(float((x.float() - ref).abs().max()) for x in (a, b)))
+        ids.append(int(ref.argmax(-1)[-1]))
+    if worst:
+        graphed_err, eager_err = max(w[0] for w in worst), max(w[1] for w in worst)
+        assert graphed_err <= 2 * eager_err + 0.02, (graphed_err, eager_err)
     assert graphed.captures == 2 and graphed.fallback is None
 
 
