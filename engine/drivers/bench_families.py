@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import torch
 
 from engine.decode.session import GenerationSession
 from engine.drivers.bench_common import alternate, line, matrix_products_alone
+from engine.drivers.bench_profile import token_profile
 from engine.drivers.compare import ready
 from engine.models.device import timed
 from engine.sampling.settings import SamplerSettings
@@ -255,7 +257,9 @@ def gpu_section(say: Callable[[str], None], new_tokens: int = 128) -> dict[str, 
         say("   " + line(f"SmolLM2-135M shape, {str(dtype)[6:]}, top-20", best["ours"],
                          best["hf"], "tok/s", "ours", "HF"))  # fmt: skip
         say(f"   same tokens as generate: {'yes' if tokens['ours'] == tokens['hf'] else 'NO'}")
-        results[str(dtype)[6:]] = best
+        profiled = token_profile(model, ids)
+        say("   " + profiled.describe())
+        results[str(dtype)[6:]] = {**best, "profile": asdict(profiled)}
         del model
     results["families"] = family_section(
         lambda m: say("   " + m), new_tokens, device="cuda", dtype=torch.bfloat16
