@@ -42,3 +42,9 @@ def vllm_server(hf_folder) -> Iterator[VLLMServer]:
         yield server
     finally:
         server.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``kills_server`` stop the session's vLLM server: they run after every other
+    test of the session, whichever file holds them."""
+    items.sort(key=lambda item: item.get_closest_marker("kills_server") is not None)

@@ -227,8 +227,9 @@ def test_cli_generate_explore_and_stream(vllm_server, hf_folder, served, monkeyp
     assert texts[0] == texts[1] and texts[0]  # greedy: the same text both ways
 
 
+@pytest.mark.kills_server
 def test_killed_server_mid_run_keeps_the_tokens_so_far(served, vllm_server, prompt_ids):
-    """Last: it kills the session's server."""
+    """Last (conftest orders it so): it kills the session's server."""
     if vllm_server.process is None:
         pytest.skip("an external server (DECODING_LAB_VLLM_URL) is not killed")
     common = dict(tokenizer=served.tokenizer, eos_token_ids=(), top_n=5)
