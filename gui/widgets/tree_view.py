@@ -13,8 +13,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QKeyEvent
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QKeyEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
@@ -179,9 +179,25 @@ class TreeView(QWidget):
                 for nid in row:
                     self._row_of[nid] = item
             out.expandAll()
-            for col in (1, 2, 3):
-                out.resizeColumnToContents(col)
+        self._fit_columns()
         out.setUpdatesEnabled(True)
+
+    def _fit_columns(self) -> None:
+        """The numbers' columns as wide as their widest cell or header, measured in the bold
+        font the current path is drawn in (measured plain, "45%" showed as "4…")."""
+        out = self.outline
+        for col in (1, 2, 3):
+            out.resizeColumnToContents(col)
+            bold = QFont(out.font())
+            bold.setBold(True)
+            extra = QFontMetrics(bold).horizontalAdvance("00") // 2 + 6
+            out.setColumnWidth(col, out.columnWidth(col) + extra)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        """A new font (the presentation view, A+ / A-) re-measures the columns."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:
+            self._fit_columns()
 
     def _item(self, tree: Any, row: list[int]) -> QTreeWidgetItem:
         first, last = tree.nodes[row[0]], tree.nodes[row[-1]]

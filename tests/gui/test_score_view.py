@@ -142,3 +142,20 @@ def test_nothing_to_score_is_refused(qtbot, window, tiny_dir):
 def test_file_menu_has_score_a_text(window):
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
     assert window.scoring.action in file_menu.actions()
+
+
+def test_a_long_title_wraps_instead_of_widening_the_column(qtbot):
+    """At 1280x720 in the presentation view the title "Scored text by <model>" beside "Back to
+    the run" made the middle column so wide that the window ran off the screen."""
+    from PySide6.QtGui import QFont
+
+    from gui.widgets.score_view import ScoreView
+
+    view = ScoreView()
+    qtbot.addWidget(view)
+    font = QFont(view.font())
+    font.setPointSize(22)  # the presentation view's size
+    view.setFont(font)
+    view.title.setText("<b>Scored text</b> by SmolLM2 135M Instruct (a long model name)")
+    whole = view.title.fontMetrics().horizontalAdvance(view.title.text())
+    assert view.minimumSizeHint().width() < min(420, whole)
