@@ -18,8 +18,9 @@ PROMPT = [5, 17, 42, 9, 3]
 def direct(model_a, model_b, ids, start, n):
     """KL(A||B) and top-n Jaccard at every generated position, from one forward each."""
     x = torch.tensor([ids])
-    la = model_a(x).logits[0].double().log_softmax(-1)  # [seq, vocab]
-    lb = model_b(x).logits[0].double().log_softmax(-1)
+    with torch.no_grad():
+        la = model_a(x).logits[0].double().log_softmax(-1)  # [seq, vocab]
+        lb = model_b(x).logits[0].double().log_softmax(-1)
     kl, jac = [], []
     for pos in range(start - 1, len(ids) - 1):  # the logits at pos predict ids[pos + 1]
         kl.append(float((la[pos].exp() * (la[pos] - lb[pos])).sum()))
