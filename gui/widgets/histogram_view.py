@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 
 from engine.experiments.records import MAX_SAMPLES, StepSample
 from gui.theme import LIGHT, Theme
-from gui.widgets.series_plot import style_axes, tick_font
+from gui.widgets.series_plot import still_plot, style_axes, tick_font
 from gui.widgets.step_text import pct, short
 
 CHOICES = (10, 100, 1_000, 10_000, MAX_SAMPLES)
@@ -97,10 +97,7 @@ class HistogramView(QWidget):
         self.key = QLabel()
         self.plot = pg.PlotWidget()
         self.plot.setObjectName("histogram_plot")
-        item = self.plot.getPlotItem()
-        item.setMenuEnabled(False)
-        item.hideButtons()
-        item.getViewBox().setMouseEnabled(x=False, y=False)
+        item = still_plot(self.plot)
         item.getViewBox().invertY(True)
         item.getAxis("bottom").enableAutoSIPrefix(False)
         item.getAxis("left").setStyle(hideOverlappingLabels=False)

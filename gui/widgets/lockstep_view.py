@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QHeaderView, QPushButton, QSplitter, QVBoxLayout, 
 
 from engine.experiments.records import LockstepStep, LockstepSummary, Ranked
 from gui.theme import LIGHT, Theme
-from gui.widgets.series_plot import style_axes, tick_font
+from gui.widgets.series_plot import still_plot, style_axes, tick_font
 from gui.widgets.step_text import pct, short
 from gui.widgets.sweep_view import button_row, cell, note_label, plain_table
 
@@ -50,10 +50,7 @@ class StepCurve(pg.PlotWidget):
     def __init__(self, title: str, color: str, upper: float | None = None) -> None:
         super().__init__()
         self.title, self.color, self.upper = title, color, upper
-        item = self.getPlotItem()
-        item.setMenuEnabled(False)
-        item.hideButtons()
-        item.getViewBox().setMouseEnabled(x=False, y=False)
+        item = still_plot(self)
         item.getAxis("left").enableAutoSIPrefix(False)
         item.getAxis("left").setStyle(maxTickLevel=0)  # major ticks only: short plots
         self.setLabel("bottom", "step")

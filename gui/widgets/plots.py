@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QToolTip, QWidget
 
 from engine.records import Candidate, Step
 from gui.theme import CUT_MARK, LIGHT, Theme
-from gui.widgets.series_plot import style_axes, tick_font
+from gui.widgets.series_plot import still_plot, style_axes, tick_font
 from gui.widgets.step_text import pct, short, value_text
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
@@ -47,11 +47,8 @@ class DistributionPlot(pg.PlotWidget):
         self._points = 11
         self._tick_font = QFont()
         self.theme = LIGHT
-        plot = self.getPlotItem()
-        plot.setMenuEnabled(False)
-        plot.hideButtons()
+        plot = still_plot(self)
         vb = plot.getViewBox()
-        vb.setMouseEnabled(x=False, y=False)
         vb.invertY(True)
         self.setXRange(0, self._x_upper, padding=0.02)
         self.setLabel("bottom", "probability")

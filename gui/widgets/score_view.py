@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from engine.records import Candidate, Step
 from engine.tree.scored import ScoredToken, TextScore
 from gui.theme import BUCKET_LABELS, LIGHT, Theme, bucket_of
-from gui.widgets.series_plot import style_axes, tick_font
+from gui.widgets.series_plot import still_plot, style_axes, tick_font
 from gui.widgets.step_text import pct, short
 from gui.widgets.token_pane import COLOR_BY_RANK, TokenPane
 
@@ -117,10 +117,7 @@ class SurprisalPlot(pg.PlotWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("surprisal_plot")
-        plot = self.getPlotItem()
-        plot.setMenuEnabled(False)
-        plot.hideButtons()
-        plot.getViewBox().setMouseEnabled(x=False, y=False)
+        plot = still_plot(self)
         plot.getAxis("left").enableAutoSIPrefix(False)
         self.setLabel("left", "bits")
         self.setLabel("bottom", "token")

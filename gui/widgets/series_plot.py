@@ -22,6 +22,16 @@ def tick_font(widget: pg.PlotWidget, points: int) -> QFont:
     return font
 
 
+def still_plot(widget: pg.PlotWidget) -> pg.PlotItem:
+    """A plot the class reads, not drives: no context menu, no auto-range button, no mouse pan
+    or zoom. Returns its plot item."""
+    item = widget.getPlotItem()
+    item.setMenuEnabled(False)
+    item.hideButtons()
+    item.getViewBox().setMouseEnabled(x=False, y=False)
+    return item
+
+
 def style_axes(widget: pg.PlotWidget, theme: Theme) -> None:
     """Background, axes and title in the theme's colours."""
     widget.setBackground(theme.plot_bg)
@@ -41,10 +51,7 @@ class SeriesPlot(pg.PlotWidget):
     ) -> None:
         super().__init__(parent)
         self.base_title = title
-        plot = self.getPlotItem()
-        plot.setMenuEnabled(False)
-        plot.hideButtons()
-        plot.getViewBox().setMouseEnabled(x=False, y=False)
+        plot = still_plot(self)
         self.setLabel("bottom", "step")
         self.setLabel("left", y_label)
         plot.getAxis("left").enableAutoSIPrefix(False)

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from engine.experiments.records import SweepRow, Variation
 from gui.theme import LIGHT, Theme
-from gui.widgets.series_plot import style_axes, tick_font
+from gui.widgets.series_plot import still_plot, style_axes, tick_font
 
 SWEEP_COLUMNS = ("Value", "Log-prob", "Surprise", "Entropy", "Distinct-2", "Output")
 SWEEP_TIPS = (
@@ -108,10 +108,7 @@ class SweepView(QWidget):
             self.table.horizontalHeaderItem(i).setToolTip(tip)
         self.plot = pg.PlotWidget()
         self.plot.setObjectName("sweep_plot")
-        item = self.plot.getPlotItem()
-        item.setMenuEnabled(False)
-        item.hideButtons()
-        item.getViewBox().setMouseEnabled(x=False, y=False)
+        item = still_plot(self.plot)
         item.getAxis("left").enableAutoSIPrefix(False)
         item.getAxis("bottom").enableAutoSIPrefix(False)
         self.curves = {
