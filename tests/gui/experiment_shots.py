@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from fit_probe import wait
-from PySide6.QtCore import QSettings
+from fit_probe import open_window, wait
 from PySide6.QtWidgets import QApplication
 
 from gui.window import MainWindow
@@ -36,14 +34,7 @@ def main() -> None:
     theme = sys.argv[3] if len(sys.argv) > 3 else "light"
     out.mkdir(parents=True, exist_ok=True)
     suffix = "" if theme == "light" else f"-{theme}"
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    tmp = Path(tempfile.mkdtemp())
-    store = QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(settings_store=store, autoload=False, autosave_path=tmp / "a.json")
-    w.set_theme(theme)
-    w.showMaximized()
-    w.load_model(model)
-    assert wait(app, lambda: w.bundle is not None and not w.runner.busy, 300), "no model"
+    app, w = open_window(model, theme, 300)
     w.prompt.setPlainText("Once upon a time, there was a")
     w.prompt_box.chat_template.setChecked(False)
     w.sampler.random_seed.setChecked(False)

@@ -110,17 +110,24 @@ def _inside_scroll(w: QWidget) -> bool:
     return False
 
 
-def main() -> None:
-    model_dir, view, theme = sys.argv[1:4]
-    shot = sys.argv[4] if len(sys.argv) > 4 else ""
+def open_window(model: str, theme: str, seconds: float) -> tuple[QApplication, MainWindow]:
+    """The real window, maximised under the window manager, with fresh settings and autosave
+    in a temporary folder, ``model`` loaded (within ``seconds``) and ``theme`` applied."""
     app = QApplication.instance() or QApplication(sys.argv[:1])
     tmp = Path(tempfile.mkdtemp())
     store = QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat)
     w = MainWindow(settings_store=store, autoload=False, autosave_path=tmp / "a.json")
     w.set_theme(theme)
     w.showMaximized()
-    w.load_model(model_dir)
-    assert wait(app, lambda: w.bundle is not None and not w.runner.busy, 120), "no model"
+    w.load_model(model)
+    assert wait(app, lambda: w.bundle is not None and not w.runner.busy, seconds), "no model"
+    return app, w
+
+
+def main() -> None:
+    model_dir, view, theme = sys.argv[1:4]
+    shot = sys.argv[4] if len(sys.argv) > 4 else ""
+    app, w = open_window(model_dir, theme, 120)
     w.sampler.set_settings(w.sampler.settings().with_(temperature=1.0, top_k=0, top_p=1.0,
                                                       max_new_tokens=64, seed=3))  # fmt: skip
     w.prompt.setPlainText("Once upon a time")

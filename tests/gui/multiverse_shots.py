@@ -6,12 +6,10 @@ OUTDIR [THEME]. Prints one line per shot."""
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 from experiment_shots import job, shoot
-from fit_probe import wait
-from PySide6.QtCore import QSettings
+from fit_probe import open_window, wait
 from PySide6.QtWidgets import QApplication
 
 from engine.tree.options import ExpandOptions
@@ -34,14 +32,7 @@ def main() -> None:
     model, out = sys.argv[1], Path(sys.argv[2])
     theme = sys.argv[3] if len(sys.argv) > 3 else "light"
     out.mkdir(parents=True, exist_ok=True)
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    tmp = Path(tempfile.mkdtemp())
-    store = QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(settings_store=store, autoload=False, autosave_path=tmp / "a.json")
-    w.set_theme(theme)
-    w.showMaximized()
-    w.load_model(model)
-    assert wait(app, lambda: w.bundle is not None and not w.runner.busy, 300), "no model"
+    app, w = open_window(model, theme, 300)
     w.prompt.setPlainText("The best thing about living by the sea is")
     w.prompt_box.chat_template.setChecked(False)
     w.sampler.random_seed.setChecked(False)
