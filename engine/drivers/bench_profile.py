@@ -4,7 +4,6 @@ with a greedy pick, so the line says whether the step or the session's own work 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -12,6 +11,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from engine.decode.session import GenerationSession
 from engine.drivers.compare import ready
+from engine.models.device import model_device, timed
 from engine.sampling.settings import SamplerSettings
 
 
@@ -32,15 +32,10 @@ class TokenProfile:
         )
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def token_profile(model: torch.nn.Module, ids: list[int], n: int = 16) -> TokenProfile:
     """Profile ``n`` greedy session tokens (after the capture and a warm-up), then time the
     session's own stepper for ``n`` tokens with nothing but an argmax between them."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     settings = SamplerSettings(temperature=0, max_new_tokens=3 * n + 8, min_new_tokens=3 * n + 8)
     session = GenerationSession(model, ids, settings, eos_token_ids=[], top_n=20, fast=True)
     ready(session, 3 * n + 8)
@@ -48,26 +43,22 @@ def token_profile(model: torch.nn.Module, ids: list[int], n: int = 16) -> TokenP
     for _ in range(4):  # warm: the first tokens pay the allocator and the caches
         next(stream)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    _sync(device)
     with profile(activities=activities) as prof:
-        start = time.perf_counter()
-        for _ in range(n):
-            next(stream)
-        _sync(device)
-        wall = time.perf_counter() - start
+        _, wall = timed(device, lambda: [next(stream) for _ in range(n)])
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy_s = sum(e.device_time for e in kernels) / 1e6  # device_time: microseconds
     seq = list(ids) + session.generated_ids
     stepper = session.stepper
-    _sync(device)
-    start = time.perf_counter()
-    for _ in range(n):
-        seq.append(int(stepper.logits(seq)[-1].argmax()))
-    step_s = (time.perf_counter() - start) / n
+
+    def greedy() -> None:
+        for _ in range(n):
+            seq.append(int(stepper.logits(seq)[-1].argmax()))
+
+    _, step_total = timed(device, greedy)
     return TokenProfile(
         wall_ms=1e3 * wall / n,
         kernels=len(kernels) / n,
         gpu_busy=min(1.0, busy_s / wall),
         host_ms=1e3 * max(0.0, wall - busy_s) / n,
-        step_ms=1e3 * step_s,
+        step_ms=1e3 * step_total / n,
     )

@@ -114,3 +114,16 @@ def test_t5_section_prints_both_ratios_and_the_tokens_check(monkeypatch):
     assert "same 3 tokens as generate: yes" in said[2]
     figures = results["Tiny"]
     assert figures["identical"] and min(figures["ours"], figures["old"], figures["hf"]) > 0
+
+
+def test_token_profile_separates_the_session_from_the_step_alone():
+    """Bench section 7's profile line, run on the CPU: no GPU kernels, the wall time all host
+    time, and the step alone (a greedy pick, no top-20, entropies or chain) cheaper than a
+    session token."""
+    from engine.drivers.bench_profile import token_profile
+    from family_models import tiny
+
+    p = token_profile(tiny("llama"), list(range(5, 21)), n=8)
+    assert p.kernels == 0 and p.gpu_busy == 0 and p.host_ms == p.wall_ms
+    assert 0 < p.step_ms < p.wall_ms
+    assert "bound by the session's host work" in p.describe()
