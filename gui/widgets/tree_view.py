@@ -186,11 +186,11 @@ class TreeView(QWidget):
         """The numbers' columns as wide as their widest cell or header, measured in the bold
         font the current path is drawn in (measured plain, "45%" showed as "4…")."""
         out = self.outline
+        bold = QFont(out.font())
+        bold.setBold(True)
+        extra = QFontMetrics(bold).horizontalAdvance("00") // 2 + 6
         for col in (1, 2, 3):
             out.resizeColumnToContents(col)
-            bold = QFont(out.font())
-            bold.setBold(True)
-            extra = QFontMetrics(bold).horizontalAdvance("00") // 2 + 6
             out.setColumnWidth(col, out.columnWidth(col) + extra)
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
