@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from engine.serve.remote_session import open_served
 from engine.serve.vllm_server import VLLMServer, bundled_hf_folder, start_vllm, vllm_problem
 
 API_KEY = "test-key-3b1f"  # only for this loopback server
@@ -42,6 +43,15 @@ def vllm_server(hf_folder) -> Iterator[VLLMServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def served(vllm_server, hf_folder):
+    """The served model opened by the client (one per test module: a test may change its
+    client's retries)."""
+    bundle = open_served(vllm_server.url, str(hf_folder), api_key=vllm_server.api_key)
+    yield bundle
+    bundle.client.close()
 
 
 def pytest_collection_modifyitems(config, items):

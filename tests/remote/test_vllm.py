@@ -42,13 +42,6 @@ def record(key: str, value) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(vllm_server, hf_folder):
-    bundle = open_served(vllm_server.url, str(hf_folder), api_key=vllm_server.api_key)
-    yield bundle
-    bundle.client.close()
-
-
-@pytest.fixture(scope="module")
 def local():
     return open_model("smollm2-135m", device="cpu", dtype="float32")
 

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from engine.cli import run
 from engine.models.catalog import open_model
-from engine.serve.remote_session import open_served
 from engine.tree.score import context_and_text, score_text
 
 pytestmark = [pytest.mark.remote, pytest.mark.timeout(1500)]
@@ -22,13 +21,6 @@ CONTEXT = "Why is the sky blue?"
 # float32 on both sides, different kernels (vLLM's CPU attention and GEMMs vs PyTorch's):
 # tests/remote/test_vllm.py measured ~1e-4 on the top-20 log-probabilities; 1e-3 leaves room.
 LOGPROB_TOL = 1e-3
-
-
-@pytest.fixture(scope="module")
-def served(vllm_server, hf_folder):
-    bundle = open_served(vllm_server.url, str(hf_folder), api_key=vllm_server.api_key)
-    yield bundle
-    bundle.client.close()
 
 
 @pytest.fixture(scope="module")
