@@ -41,7 +41,8 @@ def test_temperature_sweep_matches_the_model(model, make):
     assert rows[0].sampler_logprob == pytest.approx(0.0, abs=1e-6)  # greedy: every p is 1
     for row in rows:
         seq = torch.tensor([PROMPT + list(row.token_ids)])
-        logp = model(seq).logits[0].log_softmax(-1)  # position t predicts token t + 1
+        with torch.no_grad():
+            logp = model(seq).logits[0].log_softmax(-1)  # position t predicts token t + 1
         direct = sum(float(logp[len(PROMPT) - 1 + i, t]) for i, t in enumerate(row.token_ids))
         assert row.logprob == pytest.approx(direct, abs=1e-3)
         assert row.distinct[0] == distinct_n(row.token_ids, 1)
