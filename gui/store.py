@@ -315,14 +315,16 @@ class RunStore:
             saved.method, saved.prompt, 0, saved.settings.to_dict(),
             chat_template=saved.chat_template,
         )  # fmt: skip
+        if saved.tree is not None:  # the steps below walk the saved tree, not a new one
+            self.track.adopt(saved.tree, saved.chat_template)
         self.inbox.extend([run, *saved.steps])
         self._restoring = True
         try:
             change = self.drain()
         finally:
             self._restoring = False
-        if saved.tree is not None:
-            self._replay(saved.tree, saved.chat_template)
+        if saved.tree is not None and self.track.tree is not saved.tree:
+            self._replay(saved.tree, saved.chat_template)  # its root is not the run's prompt
         self.restored = True
         return change
 

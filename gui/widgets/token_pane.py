@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import html
+from bisect import bisect_right
 from typing import Any
 
 from PySide6.QtCore import QEvent, QPoint, Qt, Signal
-from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor, QTextFormat
+from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextEdit, QToolTip, QWidget
 
 from engine.records import Step
 from gui.theme import LIGHT, Theme, bucket_of, mix
 
-STEP_PROPERTY = QTextFormat.Property.UserProperty + 1
 COLOR_BY_RANK = "rank"
 COLOR_BY_PROB = "probability"
 
@@ -37,6 +37,19 @@ def tooltip_html(step: Step) -> str:
     )
 
 
+def span_at(spans: list[tuple[int, int]], position: int) -> int | None:
+    """The index of the span holding document ``position`` (the end of the last span counts as
+    in it); spans are sorted and may be empty (a hidden special token). A binary search: a long
+    run has tens of thousands of spans and this runs on every hover."""
+    i = bisect_right(spans, position, key=lambda span: span[0]) - 1
+    while i >= 0 and spans[i][0] == spans[i][1]:
+        i -= 1
+    if i >= 0 and spans[i][0] <= position < spans[i][1]:
+        return i
+    last = len(spans) - 1
+    return last if spans and position == spans[last][1] else None
+
+
 class TokenPane(QTextEdit):
     token_clicked = Signal(int)
 
@@ -55,6 +68,9 @@ class TokenPane(QTextEdit):
         self._spans: list[tuple[int, int]] = []  # document positions of each shown step's text
         self.selected: int | None = None
         self.show_special = True
+        # one format per look (colour, underline, selected...), shared by every span that has
+        # it: 80,000 tokens need a few dozen formats, not 80,000 (which made opening slow)
+        self._formats: dict[tuple[Any, ...], QTextCharFormat] = {}
 
     def bind(self, store: Any) -> None:
         """Show the steps of ``store`` (a ``gui.store.RunStore``)."""
@@ -134,16 +150,25 @@ class TokenPane(QTextEdit):
             self.select(selected)
 
     def _format(self, step: Step, selected: bool = False) -> QTextCharFormat:
+        if step.special:
+            key: tuple[Any, ...] = ("special", self.font().pointSizeF())
+        else:
+            color = self.color_for(step)
+            key = (color.rgba(), step.index % 2, selected)
+        fmt = self._formats.get(key)
+        if fmt is None:
+            fmt = self._formats[key] = self._new_format(step, selected)
+        return fmt
+
+    def _new_format(self, step: Step, selected: bool) -> QTextCharFormat:
         fmt = QTextCharFormat()
         if step.special:  # a grey chip in a smaller type: not part of the prose
             fmt.setBackground(QColor(self.theme.muted))
             fmt.setForeground(QColor(self.theme.base))
             fmt.setFontPointSize(max(6.0, self.font().pointSizeF() * 0.7))
-            fmt.setProperty(STEP_PROPERTY, step.index)
             return fmt
         fmt.setBackground(self.color_for(step))
         fmt.setForeground(QColor(self.theme.text))
-        fmt.setProperty(STEP_PROPERTY, step.index)
         if step.index % 2:  # alternate a thin underline so token boundaries show
             fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
             fmt.setUnderlineColor(QColor(self.theme.muted))
@@ -181,6 +206,7 @@ class TokenPane(QTextEdit):
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
+        self._formats.clear()  # their text and underline colours were the old theme's
         self.restyle()
 
     def select(self, index: int | None) -> None:
@@ -208,12 +234,7 @@ class TokenPane(QTextEdit):
     # -- mouse --------------------------------------------------------------------------------
 
     def step_at(self, pos: QPoint) -> int | None:
-        cursor = self.cursorForPosition(pos)
-        position = cursor.position()
-        for i, (a, b) in enumerate(self._spans):  # spans are few thousand at most: fine
-            if a <= position < b or (position == b and i == len(self._spans) - 1):
-                return i
-        return None
+        return span_at(self._spans, self.cursorForPosition(pos).position())
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:  # noqa: N802 - Qt override
         super().mouseReleaseEvent(event)
