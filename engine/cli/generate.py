@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.cli.args import bounded_int, device, text
 from engine.cli.common import (
@@ -17,6 +17,11 @@ from engine.cli.common import (
     visible,
 )
 from engine.validate.limits import MAX_BEAMS, MAX_NEW_TOKENS, MAX_TOP_N
+
+if TYPE_CHECKING:  # imported when a command runs: torch loads only then
+    from engine.models.loading import ModelBundle
+    from engine.records import Step
+    from engine.sampling.settings import SamplerSettings
 
 BEAM_METHODS = ("beam", "sampled_beam", "group_beam")  # they print the best beam at the end
 
@@ -167,7 +172,7 @@ def _error(exc: Exception, code: int) -> int:
     return code
 
 
-def _load_model(args: argparse.Namespace) -> Any:
+def _load_model(args: argparse.Namespace) -> ModelBundle:
     from engine.models.catalog import open_model
 
     t0 = time.perf_counter()
@@ -181,7 +186,9 @@ def _load_model(args: argparse.Namespace) -> Any:
     return bundle
 
 
-def _local_session(args: argparse.Namespace, bundle: Any, prompt: str, settings: Any) -> Any:
+def _local_session(
+    args: argparse.Namespace, bundle: ModelBundle, prompt: str, settings: SamplerSettings
+) -> Any:
     """The session of the chosen method on the prompt (ValueError for settings it refuses)."""
     from engine import GenerationSession
 
@@ -207,7 +214,7 @@ def _local_session(args: argparse.Namespace, bundle: Any, prompt: str, settings:
     return make_session(bundle, ids, request)
 
 
-def _print_steps(args: argparse.Namespace, session: Any, beams: bool) -> list[Any]:
+def _print_steps(args: argparse.Namespace, session: Any, beams: bool) -> list[Step]:
     """Stream the run: the text as it comes (not for a beam method), or one line per step
     with --show-probs. Returns the steps when --html will need them."""
     from engine import Step
@@ -231,13 +238,13 @@ def _print_steps(args: argparse.Namespace, session: Any, beams: bool) -> list[An
     return steps
 
 
-def _alternatives(step: Any, n: int) -> str:
+def _alternatives(step: Step, n: int) -> str:
     """A step's top ``n`` candidates with their model probabilities, for --show-probs."""
     return ", ".join(f"{visible(c.text)!r} {c.raw_prob:.3f}" for c in step.candidates[:n])
 
 
 def _write_html(
-    args: argparse.Namespace, prompt: str, model: str, settings: Any, steps: list[Any]
+    args: argparse.Namespace, prompt: str, model: str, settings: SamplerSettings, steps: list[Step]
 ) -> int:
     from engine.classroom.share import write_run_html
 
