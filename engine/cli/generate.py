@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 from engine.cli.args import bounded_int, device, text
 from engine.cli.common import (
@@ -17,9 +18,41 @@ from engine.cli.common import (
 )
 from engine.validate.limits import MAX_BEAMS, MAX_NEW_TOKENS, MAX_TOP_N
 
+if TYPE_CHECKING:  # imported when a command runs: torch loads only then
+    from engine.models.loading import ModelBundle
+    from engine.records import Step
+    from engine.sampling.settings import SamplerSettings
+
+BEAM_METHODS = ("beam", "sampled_beam", "group_beam")  # they print the best beam at the end
+
+# The basic sampler settings: (option, type, help). One left out keeps the preset's value.
+BASIC_SAMPLER_OPTIONS = (
+    ("--temperature", float, "0 = greedy"),
+    ("--top-k", int, "0 = off"),
+    ("--top-p", float, "1 = off"),
+    ("--min-p", float, "0 = off"),
+    ("--repetition-penalty", float, "1 = off"),
+)
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The `generate` command's parser; options in the order the help lists them."""
     gen = sub.add_parser("generate", help="stream a generation to the terminal")
+    _add_prompt_options(gen)
+    _add_basic_sampler_options(gen)
+    add_sampler_options(gen)
+    _add_method_options(gen)
+    _add_output_options(gen)
+    add_server_options(gen)
+    gen.add_argument(
+        "--stream", action="store_true",
+        help="with --server: the server samples in one streaming request (default: explore)",
+    )  # fmt: skip
+    gen.set_defaults(func=run)
+    return gen
+
+
+def _add_prompt_options(gen: argparse.ArgumentParser) -> None:
     gen.add_argument(
         "--model",
         default=None,
@@ -29,12 +62,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--prompt", type=text, default=None, help="the prompt (default: the model's example)"
     )
     gen.add_argument("--no-chat-template", action="store_true", help="send the prompt as it is")
+
+
+def _add_basic_sampler_options(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--preset", default=None, help="start from a preset (Greedy, Balanced, ...)")
-    gen.add_argument("--temperature", type=float, default=None, help="0 = greedy")
-    gen.add_argument("--top-k", type=int, default=None, help="0 = off")
-    gen.add_argument("--top-p", type=float, default=None, help="1 = off")
-    gen.add_argument("--min-p", type=float, default=None, help="0 = off")
-    gen.add_argument("--repetition-penalty", type=float, default=None, help="1 = off")
+    for option, kind, help_text in BASIC_SAMPLER_OPTIONS:
+        gen.add_argument(option, type=kind, default=None, help=help_text)
     gen.add_argument(
         "--temperature-last",
         action="store_true",
@@ -42,10 +75,13 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     gen.add_argument("--max-new-tokens", type=bounded_int(1, MAX_NEW_TOKENS), default=None)
     gen.add_argument("--seed", type=int, default=None)
-    add_sampler_options(gen)
+
+
+def _add_method_options(gen: argparse.ArgumentParser) -> None:
+    """The decoding method and the settings of the methods other than sampling."""
     gen.add_argument(
         "--method", default="sampling",
-        choices=("sampling", "beam", "sampled_beam", "group_beam", "contrastive"),
+        choices=("sampling", *BEAM_METHODS, "contrastive"),
         help="how tokens are chosen (default: sampling); beam methods print the best beam",
     )  # fmt: skip
     gen.add_argument(
@@ -64,6 +100,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     gen.add_argument(
         "--contrastive-k", type=int, default=4, help="contrastive: candidates (default: 4)"
     )
+
+
+def _add_output_options(gen: argparse.ArgumentParser) -> None:
+    """What is printed or written, and where the model runs."""
     gen.add_argument(
         "--show-probs",
         type=bounded_int(0, MAX_TOP_N),
@@ -81,13 +121,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--html", metavar="FILE", default=None,
         help="also write the run as one self-contained web page to share",
     )  # fmt: skip
-    add_server_options(gen)
-    gen.add_argument(
-        "--stream", action="store_true",
-        help="with --server: the server samples in one streaming request (default: explore)",
-    )  # fmt: skip
-    gen.set_defaults(func=run)
-    return gen
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,77 +130,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    from engine import GenerationSession, ModelLoadError, Step
-    from engine.models.catalog import open_model
+    """Load the model, build the session, print the run as it streams, then its summary (and
+    the web page with --html). Exit codes: 2 for bad settings, 1 for a model or file error."""
+    from engine import ModelLoadError
 
     try:
         settings = settings_from(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    t0 = time.perf_counter()
+        return _error(exc, 2)
     try:
-        bundle = open_model(
-            args.model,
-            device=args.device,
-            dtype=args.dtype,
-            progress=lambda m: print(f"[{m}]", file=sys.stderr),
-        )
+        bundle = _load_model(args)
     except ModelLoadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"[loaded {bundle.describe()} in {time.perf_counter() - t0:.1f}s]", file=sys.stderr)
+        return _error(exc, 1)
     prompt = (
         args.prompt
         if args.prompt is not None
         else bundle.extra.get("example_prompt", "Once upon a time")
     )
     try:
-        ids = bundle.encode_prompt(
-            prompt, use_chat_template=False if args.no_chat_template else None
-        )
-        if args.method == "sampling":
-            session = GenerationSession(
-                bundle.model,
-                ids,
-                settings,
-                tokenizer=bundle.tokenizer,
-                eos_token_ids=bundle.eos_token_ids,
-                top_n=max(args.show_probs, 20 if args.html else 1),
-                fast=args.engine == "fast",
-            )
-        else:
-            from engine.drivers.workbench import RunRequest, make_session
-
-            request = RunRequest(
-                prompt, method=args.method, settings=settings, num_beams=args.num_beams,
-                top_n=max(args.show_probs, 20 if args.html else 1),
-                num_beam_groups=args.num_beam_groups, diversity_penalty=args.diversity_penalty,
-                penalty_alpha=args.penalty_alpha, contrastive_k=args.contrastive_k,
-            )  # fmt: skip
-            session = make_session(bundle, ids, request)
+        session = _local_session(args, bundle, prompt, settings)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    beams = args.method in ("beam", "sampled_beam", "group_beam")
-    steps = []
-    for step in session.stream():
-        if not isinstance(step, Step):
-            continue
-        if args.html:
-            steps.append(step)
-        if args.show_probs:
-            alts = ", ".join(
-                f"{visible(c.text)!r} {c.raw_prob:.3f}" for c in step.candidates[: args.show_probs]
-            )
-            print(
-                f"{step.index:4d} {visible(step.token_str)!r:>16} p={step.prob:.3f} "
-                f"raw={step.raw_prob:.3f} rank={step.rank} H={step.entropy_raw:.2f}b | {alts}"
-            )
-            for note in step.stage_notes:
-                print(f"{'':22}{note.stage}: {visible(note.text)}")
-        elif not beams:
-            print(step.text if not step.is_eos else "", end="", flush=True)
+        return _error(exc, 2)
+    beams = args.method in BEAM_METHODS
+    steps = _print_steps(args, session, beams)
     if beams and not args.show_probs:
         print(session.text, end="")
     s = session.summary()
@@ -177,15 +162,98 @@ def run_local(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.html:
-        from engine.classroom.share import write_run_html
+        steps = list(session.history) if beams else steps  # a beam's final path
+        return _write_html(args, prompt, bundle.name, settings, steps)
+    return 0
 
-        try:
-            steps = list(session.history) if beams else steps  # a beam's final path
-            write_run_html(args.html, prompt, bundle.name, settings, steps, method=args.method)
-        except OSError as exc:
-            print(f"error: could not write {args.html}: {exc}", file=sys.stderr)
-            return 1
-        print(f"[wrote {args.html}]", file=sys.stderr)
+
+def _error(exc: Exception, code: int) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return code
+
+
+def _load_model(args: argparse.Namespace) -> ModelBundle:
+    from engine.models.catalog import open_model
+
+    t0 = time.perf_counter()
+    bundle = open_model(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        progress=lambda m: print(f"[{m}]", file=sys.stderr),
+    )
+    print(f"[loaded {bundle.describe()} in {time.perf_counter() - t0:.1f}s]", file=sys.stderr)
+    return bundle
+
+
+def _local_session(
+    args: argparse.Namespace, bundle: ModelBundle, prompt: str, settings: SamplerSettings
+) -> Any:
+    """The session of the chosen method on the prompt (ValueError for settings it refuses)."""
+    from engine import GenerationSession
+
+    ids = bundle.encode_prompt(prompt, use_chat_template=False if args.no_chat_template else None)
+    top_n = max(args.show_probs, 20 if args.html else 1)
+    if args.method == "sampling":
+        return GenerationSession(
+            bundle.model,
+            ids,
+            settings,
+            tokenizer=bundle.tokenizer,
+            eos_token_ids=bundle.eos_token_ids,
+            top_n=top_n,
+            fast=args.engine == "fast",
+        )
+    from engine.drivers.workbench import RunRequest, make_session
+
+    request = RunRequest(
+        prompt, method=args.method, settings=settings, num_beams=args.num_beams, top_n=top_n,
+        num_beam_groups=args.num_beam_groups, diversity_penalty=args.diversity_penalty,
+        penalty_alpha=args.penalty_alpha, contrastive_k=args.contrastive_k,
+    )  # fmt: skip
+    return make_session(bundle, ids, request)
+
+
+def _print_steps(args: argparse.Namespace, session: Any, beams: bool) -> list[Step]:
+    """Stream the run: the text as it comes (not for a beam method), or one line per step
+    with --show-probs. Returns the steps when --html will need them."""
+    from engine import Step
+
+    steps = []
+    for step in session.stream():
+        if not isinstance(step, Step):
+            continue
+        if args.html:
+            steps.append(step)
+        if args.show_probs:
+            print(
+                f"{step.index:4d} {visible(step.token_str)!r:>16} p={step.prob:.3f} "
+                f"raw={step.raw_prob:.3f} rank={step.rank} H={step.entropy_raw:.2f}b | "
+                f"{_alternatives(step, args.show_probs)}"
+            )
+            for note in step.stage_notes:
+                print(f"{'':22}{note.stage}: {visible(note.text)}")
+        elif not beams:
+            print(step.text if not step.is_eos else "", end="", flush=True)
+    return steps
+
+
+def _alternatives(step: Step, n: int) -> str:
+    """A step's top ``n`` candidates with their model probabilities, for --show-probs."""
+    return ", ".join(f"{visible(c.text)!r} {c.raw_prob:.3f}" for c in step.candidates[:n])
+
+
+def _write_html(
+    args: argparse.Namespace, prompt: str, model: str, settings: SamplerSettings, steps: list[Step]
+) -> int:
+    from engine.classroom.share import write_run_html
+
+    try:
+        write_run_html(args.html, prompt, model, settings, steps, method=args.method)
+    except OSError as exc:
+        print(f"error: could not write {args.html}: {exc}", file=sys.stderr)
+        return 1
+    print(f"[wrote {args.html}]", file=sys.stderr)
     return 0
 
 
@@ -209,14 +277,11 @@ def run_served(args: argparse.Namespace) -> int:
     try:
         for step in session.stream():
             if args.show_probs:
-                alts = ", ".join(
-                    f"{visible(c.text)!r} {c.raw_prob:.3f}"
-                    for c in step.candidates[: args.show_probs]
-                )
                 print(
                     f"{step.index:4d} {visible(step.token_str)!r:>16} p={step.prob:.3f} "
                     f"raw={step.raw_prob:.3f} other={step.other_p:.3f} "
-                    f"H>={step.entropy_raw:.2f}b {step.step_time * 1000:.0f}ms | {alts}"
+                    f"H>={step.entropy_raw:.2f}b {step.step_time * 1000:.0f}ms | "
+                    f"{_alternatives(step, args.show_probs)}"
                 )
             else:
                 print(step.text if not step.is_eos else "", end="", flush=True)

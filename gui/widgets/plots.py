@@ -148,24 +148,43 @@ class DistributionPlot(pg.PlotWidget):
             self.set_step(self.step)
 
     def set_step(self, step: Step | None) -> None:
+        """Draw ``step`` (None clears the plot): its bars, the probability axis, the cut and the
+        gap before an outside row, the labels, and as many rows as fit."""
         if step is not self.step and self.marks and (step is None or self.step is None
                                                      or step.index != self.step.index):  # fmt: skip
             self.marks = {}
         self.step = step
-        plot = self.getPlotItem()
         if step is None:
-            self.rows = []
-            for item in (self.raw_kept, self.raw_cut, self.processed, self.chosen):
-                item.setOpts(x0=[], y=[], width=[])
-            self.cut_line.hide()
-            self.gap_line.hide()
-            self.cut_label.setText("")
-            self.before.setData([], [])
-            self._place_values([])
-            plot.getAxis("left").setTicks([[]])
-            self.setYRange(-0.6, self.top_n - 0.4, padding=0)
+            self._clear()
             return
         self.rows = self._rows(step)
+        raw, proc = self._draw_bars(step)
+        upper = self._scale_x(np.maximum(raw, proc))
+        shown = self.shown_n
+        self._mark_cut(step, (proc <= 0)[:shown], upper)
+        outside = len(self.rows) > shown
+        self.gap_line.setPos(shown - 0.05 + 0.25)
+        self.gap_line.setVisible(outside)
+        self._label_rows(outside)
+        last = shown + 1.15 if outside else max(shown, min(self.top_n, self._fit())) - 0.4
+        self.setYRange(-0.6, last, padding=0)
+
+    def _clear(self) -> None:
+        self.rows = []
+        for item in (self.raw_kept, self.raw_cut, self.processed, self.chosen):
+            item.setOpts(x0=[], y=[], width=[])
+        self.cut_line.hide()
+        self.gap_line.hide()
+        self.cut_label.setText("")
+        self.before.setData([], [])
+        self._place_values([])
+        self.getPlotItem().getAxis("left").setTicks([[]])
+        self.setYRange(-0.6, self.top_n - 0.4, padding=0)
+
+    def _draw_bars(self, step: Step) -> tuple[np.ndarray, np.ndarray]:
+        """The bars of ``self.rows``: the model's probability (hatched where a filter cut the
+        token), the probability after the sampler, a diamond where a penalty moved it, and the
+        chosen token's outline. Returns both probabilities per row."""
         y = np.array([r[0] for r in self.rows])
         raw = np.array([r[1].raw_prob for r in self.rows])
         proc = np.array([r[1].prob for r in self.rows])
@@ -182,31 +201,32 @@ class DistributionPlot(pg.PlotWidget):
             self.chosen.setOpts(x0=[0], y=[y[i]], width=[max(raw[i], proc[i], 0.002)])
         else:
             self.chosen.setOpts(x0=[], y=[], width=[])
+        return raw, proc
+
+    def _scale_x(self, ends: np.ndarray) -> float:
+        """The probability axis for bars ending at ``ends``, with room for their value labels;
+        returns its upper end."""
         texts = [self._value_text(c) for _y, c, _r in self.rows]
-        upper = self._x_limit(np.maximum(raw, proc), texts)
+        upper = self._x_limit(ends, texts)
         if self._x_upper != upper:
             self._x_upper = upper
             self.setXRange(0, upper, padding=0.02)
         self._x_ticks(upper)
-        shown = self.shown_n
-        self._mark_cut(step, cut[:shown], upper)
-        outside = len(self.rows) > shown
-        self.gap_line.setPos(shown - 0.05 + 0.25)
-        self.gap_line.setVisible(outside)
+        return upper
+
+    def _label_rows(self, outside: bool) -> None:
+        """Each labelled row's token on the left axis and its values by its bar (``outside``:
+        the chosen token has a row of its own below the gap)."""
         every = self._label_every(len(self.rows) + (1 if outside else 0))
+        labelled = [self._labelled(k, every, c) for k, (_y, c, _r) in enumerate(self.rows)]
         ticks = [
-            (
-                row_y,
-                (f"{rank}. {short(c.text)}" if rank else "other")
-                if self._labelled(k, every, c)
-                else "",
-            )
-            for k, (row_y, c, rank) in enumerate(self.rows)
+            (row_y, (f"{rank}. {short(c.text)}" if rank else "other") if shown else "")
+            for (row_y, c, rank), shown in zip(self.rows, labelled, strict=True)
         ]
         self._place_values(
-            [(row_y, c) for k, (row_y, c, _) in enumerate(self.rows) if self._labelled(k, every, c)]
+            [(row_y, c) for (row_y, c, _), shown in zip(self.rows, labelled, strict=True) if shown]
         )
-        axis = plot.getAxis("left")
+        axis = self.getPlotItem().getAxis("left")
         axis.setTicks([ticks])
         # wide enough for the longest label: pyqtgraph drops labels that do not fit
         metrics = QFontMetrics(self._tick_font)
@@ -215,8 +235,6 @@ class DistributionPlot(pg.PlotWidget):
         # plot and paints it again (and a steady axis is easier to read on a projector).
         if needed > axis.width() or needed < axis.width() - 60:
             axis.setWidth(needed)
-        last = shown + 1.15 if outside else max(shown, min(self.top_n, self._fit())) - 0.4
-        self.setYRange(-0.6, last, padding=0)
 
     def _fit(self) -> int:
         """How many rows' labels fit one above the other at this height and font (at least 5:
