@@ -30,9 +30,6 @@ UI_BUILDING = {
 DEBT: dict[str, int] = {
     "gui/widgets/sampler_panel.py": 562,
     "gui/window.py": 538,
-    "engine/cli/generate.py:register": 70,
-    "engine/cli/generate.py:run_local": 91,
-    "gui/widgets/plots.py:DistributionPlot.set_step": 70,
     "gui/widgets/sampler_panel.py:SamplerPanel.__init__": 81,
     "gui/widgets/sampler_panel.py:SamplerPanel._advanced_group": 90,
 }
