@@ -29,14 +29,16 @@ from engine.validate.served import (
     redact_url,
     unknown_ids_notice,
 )
-from gui import appearance, persist, presentation
+from gui.appearance import Appearance, about_text
 from gui.experiment_actions import ExperimentActions
 from gui.lessons import Classroom
-from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
+from gui.menus import build_actions, shortcuts_html
 from gui.panels import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
+from gui.persist import Persistence, default_autosave_path
+from gui.presentation import Presentation
 from gui.score_actions import ScoreActions
 from gui.store import RunStore
-from gui.theme import THEMES
+from gui.theme import Theme
 from gui.tree_actions import TreeActions
 from gui.views import RunView
 from gui.widgets.presenter_strip import PresenterStrip
@@ -66,30 +68,36 @@ class MainWindow(QMainWindow):
     ) -> None:
         super().__init__()
         self.setWindowTitle("Decoding Lab")
-        self.settings_store = settings_store or QSettings("DecodingLab", "Decoding Lab")
-        self.autosave_path = Path(autosave_path or persist.default_autosave_path())
         self.store = RunStore()
         self.runner = EngineRunner(self.store, self)
         self.bundle: ModelBundle | None = None
-        self.theme, self.font_pt = THEMES["light"], BASE_FONT_PT
         self.last_error: str | None = None
         self._error_box: QMessageBox | None = None
         self._after_idle: list[Callable[[], None]] = []
         self._loading_source: str | None = None
-        self._closing, self.presenting, self._saved_version = False, False, -1
+        self._closing = False
+        # the window's parts with their own state, each seeing the window through a protocol
+        self.appearance = Appearance(self)  # the theme and the zoom
+        self.presentation = Presentation(self, self.appearance)  # the F5 view
+        self.persistence = Persistence(
+            self, self.appearance, settings_store or QSettings("DecodingLab", "Decoding Lab"),
+            Path(autosave_path or default_autosave_path()),
+        )  # fmt: skip
 
         self._build_ui()
         self.acts = build_actions(self)
         self.picker = self.acts.picker
         self.classroom = Classroom(self)
         self.classroom.build_menus()
+        self.appearance.on_text_size.append(self.classroom.set_text_size)
         self.views = RunView(self.store, self.output, self.plots, self.method, self.rate_label)
         self.lab = ExperimentActions(self, self.runner, self.views, self._request, self.status_text)
         self._wire()
         self.scoring = ScoreActions(self)  # File > Score a text…, the Score view, branch here
-        initial = persist.restore_state(self, self.settings_store)
+        self.appearance.on_look.append(self.scoring.apply_look)
+        initial = self.persistence.restore_state()
         if self.settings_store.value("window/splitter") is None:  # first start: share it out
-            QTimer.singleShot(0, lambda: appearance.share_width(self))
+            QTimer.singleShot(0, self.appearance.share_width)
         self.timer = QTimer(self, interval=1000 // REDRAW_HZ, timeout=self.refresh)
         self.timer.start()
         self.autosave_timer = QTimer(self, interval=AUTOSAVE_MS, singleShot=True)
@@ -98,7 +106,7 @@ class MainWindow(QMainWindow):
         self.sampler.settings_changed.connect(self._changed)
         self.tree = TreeActions(self)  # the run tree: going to nodes, expanding, forks, files
         self.open_tree = self.tree.open_tree  # also for lessons that open a prepared tree
-        self.restored_from_autosave = persist.read_autosave(self)
+        self.restored_from_autosave = self.persistence.read_autosave()
         self._update_buttons()
         if autoload:
             QTimer.singleShot(0, lambda: self.load_model(initial))
@@ -167,6 +175,26 @@ class MainWindow(QMainWindow):
         self.picker.served_requested.connect(self.open_served_dialog)
 
     # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def theme(self) -> Theme:
+        return self.appearance.theme
+
+    @property
+    def font_pt(self) -> int:  # the zoom
+        return self.appearance.font_pt
+
+    @property
+    def presenting(self) -> bool:
+        return self.presentation.presenting
+
+    @property
+    def settings_store(self) -> QSettings:
+        return self.persistence.settings_store
+
+    @property
+    def autosave_path(self) -> Path:
+        return self.persistence.autosave_path
 
     @property
     def steps(self) -> list[Step]:
@@ -417,7 +445,7 @@ class MainWindow(QMainWindow):
             fn()
 
     def text_points(self) -> int:
-        return presentation.text_points(self)
+        return self.appearance.text_points()
 
     def show_score(self, text: str, prompt: str = "") -> None:
         self.scoring.show(text, prompt)  # gui.score_actions: scored off the GUI thread
@@ -477,13 +505,13 @@ class MainWindow(QMainWindow):
         self.set_theme("dark" if self.theme.name == "light" else "light")
 
     def set_theme(self, name: str) -> None:
-        appearance.apply_theme(self, name)
+        self.appearance.apply_theme(name)
 
     def set_zoom(self, points: int) -> None:
-        appearance.apply_zoom(self, points)
+        self.appearance.apply_zoom(points)
 
     def set_presentation(self, on: bool) -> None:
-        presentation.set_presentation(self, on)
+        self.presentation.set_presentation(on)
 
     @Slot()
     def _set_color_mode(self, *_args: object) -> None:
@@ -491,7 +519,7 @@ class MainWindow(QMainWindow):
         self.views.update_legend(self.theme)
 
     def about_text(self) -> str:
-        return appearance.about_text()
+        return about_text()
 
     @Slot()
     def show_shortcuts(self) -> None:
@@ -511,7 +539,7 @@ class MainWindow(QMainWindow):
 
     def export(self, kind: str, path: str | None = None) -> bool:
         """Save the run as JSON, CSV, Markdown or the plots as PNG (asks where, unless told)."""
-        return persist.export_run(self, kind, path)
+        return self.persistence.export_run(kind, path)
 
     @Slot()
     def _changed(self, *_args: object) -> None:
@@ -520,7 +548,7 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def autosave(self) -> bool:
-        return persist.write_autosave(self)
+        return self.persistence.write_autosave()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self._closing = True
@@ -528,7 +556,7 @@ class MainWindow(QMainWindow):
         self.autosave_timer.stop()
         self.refresh()
         self.autosave()
-        persist.save_state(self, self.settings_store)
+        self.persistence.save_state()
         self.hide()
         if not self.runner.shutdown():
             self.status_text.setText("Still finishing the current job…")
