@@ -1,18 +1,19 @@
 """How the window looks: the theme, the zoom (every text's size, the presentation view's bonus
-on top), the controls column's width, and the About text. ``Appearance`` owns the theme and
-the zoom and applies them to the widgets its host names; it never imports the window."""
+on top), the controls column's width, and the Help menu's About and shortcut boxes.
+``Appearance`` owns the theme and the zoom and applies them to the widgets its host names; it
+never imports the window."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFont, QFontMetrics
-from PySide6.QtWidgets import QApplication, QPlainTextEdit, QSplitter
+from PySide6.QtWidgets import QApplication, QMessageBox, QPlainTextEdit, QSplitter, QWidget
 
 from engine.models.catalog import BUNDLED
-from gui.menus import BASE_FONT_PT
+from gui.menus import BASE_FONT_PT, shortcuts_html
 from gui.theme import THEMES, Theme, apply_palette
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ PRESENT_MIN_PT = 20  # ...and never less than this (read from the back row at 12
 class AppearanceHost(Protocol):
     """The window as Appearance sees it: the widgets that follow the theme and the zoom."""
 
-    acts: Actions  # the Dark theme check box
+    acts: Actions  # the Dark theme check box, the keys for Help
     left: ControlsColumn
     prompt: QPlainTextEdit
     pane: TokenPane
@@ -39,6 +40,7 @@ class AppearanceHost(Protocol):
     def font(self) -> QFont: ...
     def setFont(self, font: QFont) -> None: ...  # noqa: N802 - Qt's name
     def width(self) -> int: ...
+    def window(self) -> QWidget: ...  # a dialog's parent
 
 
 class Appearance:
@@ -52,6 +54,7 @@ class Appearance:
         self.presenting = False  # the text is sized for the presentation view
         self.on_look: list[Callable[[], None]] = []  # after a new theme or zoom
         self.on_text_size: list[Callable[[QFont, bool], None]] = []  # (font, presenting)
+        self._shortcuts_box: QMessageBox | None = None
 
     def text_points(self) -> int:
         """The point size every text of the window uses now."""
@@ -132,6 +135,18 @@ class Appearance:
         left = max(h.left.minimumWidth(), min(360, total // 4))
         rest = max(0, total - left)
         h.splitter.setSizes([left, rest * 2 // 5, rest - rest * 2 // 5])
+
+    def show_shortcuts(self) -> None:
+        box = QMessageBox(
+            QMessageBox.Icon.NoIcon, "Keyboard shortcuts", shortcuts_html(self.host.acts),
+            QMessageBox.StandardButton.Close, self.host.window(),
+        )  # fmt: skip
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.open()
+        self._shortcuts_box = box
+
+    def show_about(self) -> None:
+        QMessageBox.about(self.host.window(), "About Decoding Lab", about_text())
 
 
 def about_text() -> str:

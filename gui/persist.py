@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
+from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTimer
 from PySide6.QtWidgets import QFileDialog, QLabel, QPlainTextEdit, QSplitter, QWidget
 
 from engine.classroom.export import write_atomic
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from gui.widgets.sampler_panel import SamplerPanel
 
 SETTINGS_VERSION = 1
+AUTOSAVE_MS = 2000  # while something changed, write the autosave at most this often
 EXPORT_FILTERS = {
     "json": "JSON (*.json)", "csv": "CSV (*.csv)", "png": "PNG image (*.png)",
     "md": "Markdown (*.md)", "html": "Web page (*.html)",
@@ -74,6 +75,9 @@ class Persistence:
         self.settings_store = settings_store
         self.autosave_path = autosave_path
         self.blocked = False  # an autosave that could not be read nor moved aside: kept as is
+        self.closing = False  # the window is closing: its last autosave is written by hand
+        self.timer = QTimer(host.window(), interval=AUTOSAVE_MS, singleShot=True)
+        self.timer.timeout.connect(self.write_autosave)
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -134,6 +138,16 @@ class Persistence:
         return initial
 
     # -- autosave -----------------------------------------------------------------------------
+
+    def changed(self, *_args: object) -> None:
+        """Something to save changed: the autosave is written soon (at most every 2 s)."""
+        if not self.timer.isActive() and not self.closing:
+            self.timer.start()
+
+    def stop(self) -> None:
+        """The window closes: no more timed autosaves."""
+        self.closing = True
+        self.timer.stop()
 
     def write_autosave(self) -> bool:
         """Write prompt, settings and the run (every step) atomically; never over an autosave
