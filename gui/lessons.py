@@ -1,16 +1,26 @@
 """Lessons in the window: the Lessons menu and File > Open lesson…, the lesson panel (a dock
 that walks through the stages and sets the window up for each), the guess round (the class
 guesses the next token; Reveal makes the step and shows its distribution with the guesses
-marked), and File > Export run as web page."""
+marked), and File > Export run as web page. ``Classroom`` never imports the window:
+``LessonHost`` below is what a lesson stage sets up and calls there."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QDockWidget, QFileDialog, QMenu
+from PySide6.QtGui import QAction, QFont
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMenu,
+    QMenuBar,
+    QPlainTextEdit,
+    QWidget,
+)
 
 from engine.classroom.lessons import (
     ACTION_GENERATE,
@@ -35,13 +45,54 @@ from gui.widgets.lesson_panel import LessonPanel, apply_to_panels
 
 if TYPE_CHECKING:
     from engine.classroom.guess import GuessRound
-    from gui.window import MainWindow
+    from engine.models.loading import ModelBundle
+    from engine.tree.model import RunTree
+    from gui.experiment_actions import ExperimentActions
+    from gui.panels import PlotArea, PromptBox
+    from gui.store import RunStore
+    from gui.views import RunView
+    from gui.widgets.method_panel import MethodPanel
+    from gui.widgets.sampler_panel import SamplerPanel
+    from gui.worker import EngineRunner
+
+
+class LessonHost(Protocol):
+    """The window as a lesson sees it: the panels a stage sets, the runs it starts."""
+
+    runner: EngineRunner
+    bundle: ModelBundle | None
+    store: RunStore
+    views: RunView
+    prompt: QPlainTextEdit
+    prompt_box: PromptBox
+    sampler: SamplerPanel
+    method: MethodPanel
+    plots: PlotArea
+    status_text: QLabel
+    lab: ExperimentActions  # an experiment stage's N or values
+
+    @property
+    def presenting(self) -> bool: ...
+    def window(self) -> QWidget: ...  # the docks' and actions' parent
+    def menuBar(self) -> QMenuBar: ...  # noqa: N802 - Qt's names
+    def addAction(self, action: QAction) -> None: ...  # noqa: N802
+    def addDockWidget(self, area: Qt.DockWidgetArea, dock: QDockWidget) -> None: ...  # noqa: N802
+    def tabifyDockWidget(self, first: QDockWidget, second: QDockWidget) -> None: ...  # noqa: N802
+    def text_points(self) -> int: ...
+    def after_idle(self, fn: Callable[[], None]) -> None: ...
+    def load_model(self, source: str) -> None: ...
+    def load_draft(self, source: str) -> None: ...
+    def step_once(self) -> None: ...
+    def export(self, kind: str, path: str | None = None) -> bool: ...
+    def show_error(self, message: str) -> None: ...
+    def show_score(self, text: str, prompt: str = "") -> None: ...
+    def open_tree(self, tree: RunTree) -> None: ...
 
 
 class Classroom:
     """The window's lesson and guess-round state (the window owns one)."""
 
-    def __init__(self, w: MainWindow) -> None:
+    def __init__(self, w: LessonHost) -> None:
         self.w = w
         self.stage: LessonStage | None = None
         self.lost: list[str] = []  # stage settings the sampler panel has no control for
@@ -58,7 +109,7 @@ class Classroom:
         self._revealing = False
 
     def _dock(self, title: str, name: str, widget: object) -> QDockWidget:
-        dock = QDockWidget(title, self.w)
+        dock = QDockWidget(title, self.w.window())
         dock.setObjectName(name)
         dock.setWidget(widget)  # type: ignore[arg-type]
         dock.setAllowedAreas(Qt.DockWidgetArea.LeftDockWidgetArea
@@ -70,9 +121,9 @@ class Classroom:
     # -- menus --------------------------------------------------------------------------------
 
     def build_menus(self) -> None:
-        w = self.w
+        w, top = self.w, self.w.window()
         help_menu = w.menuBar().actions()[-1]
-        menu = QMenu("&Lessons", w)
+        menu = QMenu("&Lessons", top)
         menu.setObjectName("lessons_menu")
         w.menuBar().insertMenu(help_menu, menu)
         try:
@@ -81,20 +132,20 @@ class Classroom:
             lessons = []
             w.status_text.setText(str(exc))
         for lesson in lessons:
-            action = QAction(lesson.title, w)
+            action = QAction(lesson.title, top)
             action.triggered.connect(lambda _=False, les=lesson: self.open_lesson(les))
             menu.addAction(action)
         menu.addSeparator()
-        self.guess_action = QAction("Guess round", w)
+        self.guess_action = QAction("Guess round", top)
         self.guess_action.setShortcut("Ctrl+G")
         self.guess_action.setToolTip("The class guesses the next token; Reveal makes the step")
         self.guess_action.triggered.connect(self.show_guess_round)
         w.addAction(self.guess_action)
         menu.addAction(self.guess_action)
-        self.open_action = QAction("Open lesson…", w)
+        self.open_action = QAction("Open lesson…", top)
         self.open_action.setToolTip("A lesson file of your own (YAML; see the README)")
         self.open_action.triggered.connect(lambda: self.open_file(None))
-        self.share_action = QAction("Export run as web page…", w)
+        self.share_action = QAction("Export run as web page…", top)
         self.share_action.setToolTip(
             "One HTML file students can open in any browser: the text coloured by probability, "
             "the top tokens of every step"
@@ -111,7 +162,7 @@ class Classroom:
     def open_file(self, path: str | None) -> bool:
         if path is None:
             path, _ = QFileDialog.getOpenFileName(
-                self.w, "Open lesson", str(Path.home()), "Lessons (*.yaml *.yml)"
+                self.w.window(), "Open lesson", str(Path.home()), "Lessons (*.yaml *.yml)"
             )
             if not path:
                 return False
@@ -153,8 +204,8 @@ class Classroom:
             w.plots.dist_box.top_n.setValue(min(stage.top_n, cap))
         if stage.method == SPEC_DRAFT and stage.draft_model:
             w.after_idle(lambda: w.load_draft(stage.draft_model))
-        tabs = {FOCUS_BEAM_TREE: w.plots.beam_panel, FOCUS_COMPARE: w.compare_view}
-        w.tabs.setCurrentWidget(tabs.get(stage.focus, w.plots.dist_box))
+        tabs = {FOCUS_BEAM_TREE: w.plots.beam_panel, FOCUS_COMPARE: w.plots.compare_view}
+        w.plots.tabs.setCurrentWidget(tabs.get(stage.focus, w.plots.dist_box))
         if stage.focus in (FOCUS_SPEED, FOCUS_ENTROPY) and not w.presenting:
             w.plots.curves.show()
         if stage.guess:
@@ -188,6 +239,16 @@ class Classroom:
             return panel
         return panel.with_(**{name: getattr(self.stage.settings, name) for name in self.lost})
 
+    def set_text_size(self, font: QFont, presenting: bool) -> None:
+        """The window's zoom (``font`` at its size): the lesson text, the guess round's score."""
+        pt = font.pointSize()
+        self.panel.set_font_size(max(pt + 3, 27) if presenting else pt + 3)
+        score = QFont(font)
+        score.setBold(True)
+        score.setPointSizeF(pt * 1.3)
+        self.guess.score.setFont(score)
+        self.guess.score.setWordWrap(True)
+
     # -- guess round --------------------------------------------------------------------------
 
     def show_guess_round(self) -> None:
@@ -219,6 +280,6 @@ class Classroom:
 
     def show_guesses(self, round_: GuessRound) -> None:
         w = self.w
-        w.tabs.setCurrentWidget(w.plots.dist_box)
+        w.plots.tabs.setCurrentWidget(w.plots.dist_box)
         w.views.select(None)
-        w.dist.set_marks(round_.marks())
+        w.plots.dist_box.plot.set_marks(round_.marks())

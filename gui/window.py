@@ -1,18 +1,22 @@
-"""MainWindow: builds the areas, wires widgets to the runner and the run store, and turns user
-actions into runner calls. Records flow one way: engine -> worker -> run store -> views, the
-views redrawn by a 30 Hz timer, so the generation rate never drives the screen rate."""
+"""MainWindow: builds the areas, wires widgets to the runner and the run store, and composes
+the parts that turn user actions into runner calls and own their state: the theme and zoom
+(gui.appearance), the presentation view (gui.presentation), settings, autosave and exports
+(gui.persist), models (gui.model_actions), the run's buttons (gui.run_actions), lessons
+(gui.lessons), the run tree, scoring and experiments. Each sees the window through a small
+protocol and never imports it; the window's public methods forward to them.
+
+Records flow one way: engine -> worker -> run store -> views, the views redrawn by a 30 Hz
+timer, so the generation rate never drives the screen rate."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QApplication,
-    QInputDialog,
     QMainWindow,
     QMessageBox,
     QSplitter,
@@ -22,30 +26,26 @@ from PySide6.QtWidgets import (
 
 from engine.drivers.workbench import BEAMS, RunRequest
 from engine.models.loading import ModelBundle
-from engine.records import CONTRASTIVE, SAMPLING, RunSummary, Step
-from engine.validate.served import (
-    CREDENTIALS_REFUSED,
-    has_credentials,
-    redact_url,
-    unknown_ids_notice,
-)
-from gui import appearance, persist, presentation
+from engine.records import RunSummary, Step
+from engine.validate.served import unknown_ids_notice
+from gui.appearance import Appearance, about_text
 from gui.experiment_actions import ExperimentActions
 from gui.lessons import Classroom
-from gui.menus import BASE_FONT_PT, build_actions, shortcuts_html
+from gui.menus import build_actions
+from gui.model_actions import ModelActions
 from gui.panels import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
+from gui.persist import Persistence, default_autosave_path
+from gui.presentation import Presentation
+from gui.run_actions import TREE_METHODS, RunActions
 from gui.score_actions import ScoreActions
 from gui.store import RunStore
-from gui.theme import THEMES
+from gui.theme import Theme
 from gui.tree_actions import TreeActions
 from gui.views import RunView
 from gui.widgets.presenter_strip import PresenterStrip
-from gui.widgets.served_dialog import ServedDialog, parse_served
 from gui.worker import EngineRunner
 
-TREE_METHODS = (*BEAMS, CONTRASTIVE)  # methods that draw a tree (BeamEvent records)
 REDRAW_HZ = 30
-AUTOSAVE_MS = 2000  # while something changed, write the autosave at most this often
 RUN_JOBS = ("generate", "step", "continue", "branch", "resume")
 STOP_REASONS = {
     "eos": "the model ended its answer",
@@ -66,39 +66,43 @@ class MainWindow(QMainWindow):
     ) -> None:
         super().__init__()
         self.setWindowTitle("Decoding Lab")
-        self.settings_store = settings_store or QSettings("DecodingLab", "Decoding Lab")
-        self.autosave_path = Path(autosave_path or persist.default_autosave_path())
         self.store = RunStore()
         self.runner = EngineRunner(self.store, self)
-        self.bundle: ModelBundle | None = None
-        self.theme, self.font_pt = THEMES["light"], BASE_FONT_PT
         self.last_error: str | None = None
         self._error_box: QMessageBox | None = None
         self._after_idle: list[Callable[[], None]] = []
-        self._loading_source: str | None = None
-        self._closing, self.presenting, self._saved_version = False, False, -1
+        self._closing = False
+        # the window's parts with their own state, each seeing the window through a protocol
+        self.appearance = Appearance(self)  # the theme and the zoom
+        self.presentation = Presentation(self, self.appearance)  # the F5 view
+        self.persistence = Persistence(
+            self, self.appearance, settings_store or QSettings("DecodingLab", "Decoding Lab"),
+            Path(autosave_path or default_autosave_path()),
+        )  # fmt: skip
 
         self._build_ui()
         self.acts = build_actions(self)
         self.picker = self.acts.picker
+        self.models = ModelActions(self)  # the loaded model, the picker, the draft model
+        self.runs = RunActions(self)  # Generate, Step, Continue, Stop, Compare, Clear
         self.classroom = Classroom(self)
         self.classroom.build_menus()
+        self.appearance.on_text_size.append(self.classroom.set_text_size)
         self.views = RunView(self.store, self.output, self.plots, self.method, self.rate_label)
         self.lab = ExperimentActions(self, self.runner, self.views, self._request, self.status_text)
         self._wire()
         self.scoring = ScoreActions(self)  # File > Score a text…, the Score view, branch here
-        initial = persist.restore_state(self, self.settings_store)
+        self.appearance.on_look.append(self.scoring.apply_look)
+        initial = self.persistence.restore_state()
         if self.settings_store.value("window/splitter") is None:  # first start: share it out
-            QTimer.singleShot(0, lambda: appearance.share_width(self))
+            QTimer.singleShot(0, self.appearance.share_width)
         self.timer = QTimer(self, interval=1000 // REDRAW_HZ, timeout=self.refresh)
         self.timer.start()
-        self.autosave_timer = QTimer(self, interval=AUTOSAVE_MS, singleShot=True)
-        self.autosave_timer.timeout.connect(self.autosave)
-        self.prompt.textChanged.connect(self._changed)
-        self.sampler.settings_changed.connect(self._changed)
+        self.prompt.textChanged.connect(self.persistence.changed)  # autosaved soon
+        self.sampler.settings_changed.connect(self.persistence.changed)
         self.tree = TreeActions(self)  # the run tree: going to nodes, expanding, forks, files
         self.open_tree = self.tree.open_tree  # also for lessons that open a prepared tree
-        self.restored_from_autosave = persist.read_autosave(self)
+        self.restored_from_autosave = self.persistence.read_autosave()
         self._update_buttons()
         if autoload:
             QTimer.singleShot(0, lambda: self.load_model(initial))
@@ -149,13 +153,9 @@ class MainWindow(QMainWindow):
         r.busy_changed.connect(self._on_busy)
         r.progress.connect(self._on_progress)
         r.fraction.connect(self._on_fraction)
-        r.model_loaded.connect(self._on_model_loaded)
-        r.load_failed.connect(self._on_load_failed)
-        r.draft_loaded.connect(self._on_draft_loaded)
         r.failed.connect(self.show_error)
         r.job_done.connect(self._on_job_done)
         self.method.method_changed.connect(self._on_method_changed)
-        self.method.load_draft_requested.connect(self._pick_draft)
         self.compare_view.run_requested.connect(self.run_comparison)
         self.sampler.settings_changed.connect(r.send_settings)
         self.sampler.pacing_changed.connect(r.set_pacing)
@@ -163,10 +163,28 @@ class MainWindow(QMainWindow):
         self.pane.token_clicked.connect(self.select_step)
         self.dist.bar_clicked.connect(self.choose_token)
         self.output.color_mode.currentIndexChanged.connect(self._set_color_mode)
-        self.picker.source_chosen.connect(self.load_model)
-        self.picker.served_requested.connect(self.open_served_dialog)
 
     # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def theme(self) -> Theme:
+        return self.appearance.theme
+
+    @property
+    def font_pt(self) -> int:  # the zoom
+        return self.appearance.font_pt
+
+    @property
+    def presenting(self) -> bool:
+        return self.presentation.presenting
+
+    @property
+    def settings_store(self) -> QSettings:
+        return self.persistence.settings_store
+
+    @property
+    def autosave_path(self) -> Path:
+        return self.persistence.autosave_path
 
     @property
     def steps(self) -> list[Step]:
@@ -177,144 +195,49 @@ class MainWindow(QMainWindow):
         return self.store.summary
 
     def _request(self, new_seed: bool = True, limit: int | None = None) -> RunRequest:
-        settings = self.sampler.next_run_settings() if new_seed else self.sampler.settings()
-        settings = self.classroom.settings(settings)
-        return RunRequest(
-            prompt=self.prompt.toPlainText(), method=self.method.current(), settings=settings,
-            chat_template=self.prompt_box.use_chat(), limit=limit,
-            **self.method.request_options(),
-        )  # fmt: skip
+        return self.runs.request(new_seed, limit)
 
-    # -- models -------------------------------------------------------------------------------
+    # -- models (gui.model_actions) ----------------------------------------------------------
+
+    @property
+    def bundle(self) -> ModelBundle | None:
+        return self.models.bundle
+
+    @bundle.setter
+    def bundle(self, bundle: ModelBundle | None) -> None:
+        self.models.bundle = bundle
 
     def load_model(self, source: str) -> None:
-        """Load a model; a running generation is stopped first (the current model stays until
-        the new one is ready)."""
-        if self.runner.busy:
-            self.runner.stop()
-            self._after_idle.append(lambda: self.load_model(source))
-            return
-        served = parse_served(source)
-        if served is not None and has_credentials(served[0]):  # before it is shown or kept
-            self.show_error(CREDENTIALS_REFUSED.format(url=redact_url(served[0])))
-            return
-        self._loading_source = source
-        self.picker.fill(pending=source)
-        if served is not None:  # a model behind an OpenAI-compatible endpoint
-            from engine.serve.remote import KeySource
-
-            url, model, key_kind = served
-            self.status_text.setText(f"Connecting to {url}…")
-            self.runner.open_served(url, model or None, KeySource(key_kind))
-            return
-        self.status_text.setText(f"Loading {source}…")
-        self.runner.load(source)
-
-    @Slot()
-    def open_served_dialog(self) -> None:
-        """File > Open served model…: the endpoint, the model, where the key comes from."""
-        last = next((r for r in self.picker.recents if parse_served(r)), None)
-        dialog = ServedDialog(self, last)
-        if dialog.exec() != ServedDialog.DialogCode.Accepted:
-            return
-        source = dialog.source()
-        if source is None:
-            self.show_error("Give the server's address, for example http://127.0.0.1:8000")
-            return
-        self.load_model(source)
-
-    @Slot(object)
-    def _on_model_loaded(self, bundle: ModelBundle) -> None:
-        source = self._loading_source or bundle.source_key or bundle.source
-        bundle.source_key = source
-        previous_example = self.bundle.extra.get("example_prompt") if self.bundle else None
-        self.bundle, self._loading_source = bundle, None
-        self.picker.remember(source)
-        self.model_label.setText(bundle.describe())
-        self.method.set_served(hasattr(bundle, "make_session"))  # a served model's stream mode
-        self.prompt_box.describe_model(bundle.is_encoder_decoder, bundle.has_chat_template)
-        example = bundle.extra.get("example_prompt")
-        current = self.prompt.toPlainText().strip()
-        if example and (not current or current == previous_example):
-            self.prompt.setPlainText(example)
-        self.clear_output()
-        self.status_text.setText(f"Ready: {bundle.name}. Press Generate (Ctrl+Enter).")
-
-    @Slot(str)
-    def _on_load_failed(self, message: str) -> None:
-        self._loading_source = None
-        self.picker.fill()
-        self.show_error(f"Could not load the model.\n\n{message}")
-
-    @Slot()
-    def _pick_draft(self) -> None:
-        text, ok = QInputDialog.getText(
-            self, "Draft model", "A bundled name, a folder, a .gguf file or a Hugging Face id:"
-        )
-        if ok and text.strip():
-            self.load_draft(text.strip())
+        self.models.load_model(source)
 
     def load_draft(self, source: str) -> None:
-        if self.runner.busy:
-            return
-        self.status_text.setText(f"Loading draft model {source}…")
-        self.runner.load_draft(source)
+        self.models.load_draft(source)
 
-    @Slot(object)
-    def _on_draft_loaded(self, draft: ModelBundle) -> None:
-        self.method.draft_label.setText(draft.name)
-        self.status_text.setText(f"Draft model ready: {draft.name}")
+    def open_served_dialog(self) -> None:
+        self.models.open_served_dialog()
 
-    # -- running ------------------------------------------------------------------------------
+    def _on_model_loaded(self, bundle: ModelBundle) -> None:  # gui.bench hands one in here
+        self.models.adopt(bundle)
 
-    @Slot()
+    # -- running (gui.run_actions; undo, redo and a chosen token: gui.tree_actions) ------------
+
     def generate(self) -> None:
-        if self.runner.busy:
-            return
-        request = self._request()
-        if not request.prompt.strip():
-            self.show_error("The prompt is empty: type something for the model to continue.")
-            return
-        if self.runner.generate(request):
-            self.store.clear()  # the old run leaves the screen now, not when the new one starts
-            self.views.clear()
-            if request.method in TREE_METHODS:
-                self.tabs.setCurrentWidget(self.plots.beam_panel)
-            self.status_text.setText("Generating…")
+        self.runs.generate()
 
-    @Slot()
     def step_once(self) -> None:
-        if self.runner.busy:
-            return
-        if self.store.can_resume():
-            self._resume(1)
-        else:
-            self.runner.step(self._request(new_seed=not self.store.steps))
+        self.runs.step_once()
 
-    @Slot()
     def continue_run(self) -> None:
-        if self.runner.busy:
-            return
-        if self.store.can_resume():
-            self._resume(None)
-        else:
-            self.runner.continue_(self.sampler.settings())
+        self.runs.continue_run()
 
-    def _resume(self, limit: int | None) -> None:
-        """Continue or Step on a run restored from the autosave: the engine rebuilds it from
-        the saved prompt and tokens (one prefill), then goes on."""
-        run = self.store.run
-        if self.bundle is None or run is None:
-            self.show_error("Load a model first: the restored run needs one to go on.")
-            return
-        request = replace(
-            self._request(new_seed=False), prompt=run.prompt, chat_template=run.chat_template,
-            method=SAMPLING,
-        )  # fmt: skip
-        if self.runner.resume(request, self.store.steps, limit):
-            self.status_text.setText(
-                f"Rebuilding the restored run ({len(self.store.steps)} tokens), then going on…"
-            )
+    def stop(self) -> None:
+        self.runs.stop()
+
+    def run_comparison(self) -> None:
+        self.runs.run_comparison()
+
+    def clear_output(self) -> None:
+        self.runs.clear_output()
 
     @Slot()
     def undo(self) -> None:
@@ -325,35 +248,10 @@ class MainWindow(QMainWindow):
     def redo(self) -> None:
         self.tree.redo()
 
-    @Slot()
-    def stop(self) -> None:
-        if self.runner.busy:
-            self.runner.stop()
-            self.status_text.setText("Stopping…")
-
     @Slot(int, int)
     def choose_token(self, step_index: int, token_id: int) -> None:
         """Force ``token_id`` at ``step_index`` and continue from there (a new branch)."""
         self.tree.choose_token(step_index, token_id)
-
-    @Slot()
-    def run_comparison(self) -> None:
-        if self.runner.busy:
-            return
-        self.compare_view.clear_results()
-        self.store.results.clear()
-        if self.runner.compare(self._request()):
-            self.tabs.setCurrentWidget(self.compare_view)
-            self.status_text.setText("Comparing methods…")
-
-    @Slot()
-    def clear_output(self) -> None:
-        if self.runner.busy:
-            return
-        self.runner.forget_run()
-        self.store.clear(tree=True)
-        self.views.clear()
-        self._update_buttons()
 
     @Slot(str)
     def _on_method_changed(self, method: str) -> None:
@@ -379,7 +277,7 @@ class MainWindow(QMainWindow):
         change = self.store.drain()
         if change:
             self.views.apply(change, busy=self.runner.busy)
-            self._changed()
+            self.persistence.changed()
             if change.choices is not None or change.reset:
                 self._update_buttons()
 
@@ -417,7 +315,7 @@ class MainWindow(QMainWindow):
             fn()
 
     def text_points(self) -> int:
-        return presentation.text_points(self)
+        return self.appearance.text_points()
 
     def show_score(self, text: str, prompt: str = "") -> None:
         self.scoring.show(text, prompt)  # gui.score_actions: scored off the GUI thread
@@ -471,19 +369,19 @@ class MainWindow(QMainWindow):
         box.open()
         self._error_box = box
 
-    # -- classroom: theme, zoom, colours --------------------------------------------------------
+    # -- looks: theme, zoom, the presentation view, Help (gui.appearance, gui.presentation) ----
 
     def toggle_theme(self) -> None:
         self.set_theme("dark" if self.theme.name == "light" else "light")
 
     def set_theme(self, name: str) -> None:
-        appearance.apply_theme(self, name)
+        self.appearance.apply_theme(name)
 
     def set_zoom(self, points: int) -> None:
-        appearance.apply_zoom(self, points)
+        self.appearance.apply_zoom(points)
 
     def set_presentation(self, on: bool) -> None:
-        presentation.set_presentation(self, on)
+        self.presentation.set_presentation(on)
 
     @Slot()
     def _set_color_mode(self, *_args: object) -> None:
@@ -491,44 +389,31 @@ class MainWindow(QMainWindow):
         self.views.update_legend(self.theme)
 
     def about_text(self) -> str:
-        return appearance.about_text()
+        return about_text()
 
-    @Slot()
     def show_shortcuts(self) -> None:
-        box = QMessageBox(
-            QMessageBox.Icon.NoIcon, "Keyboard shortcuts", shortcuts_html(self.acts),
-            QMessageBox.StandardButton.Close, self,
-        )  # fmt: skip
-        box.setTextFormat(Qt.TextFormat.RichText)
-        box.open()
-        self._shortcuts_box = box
+        self.appearance.show_shortcuts()
 
-    @Slot()
     def show_about(self) -> None:
-        QMessageBox.about(self, "About Decoding Lab", self.about_text())
+        self.appearance.show_about()
 
     # -- files --------------------------------------------------------------------------------
 
     def export(self, kind: str, path: str | None = None) -> bool:
         """Save the run as JSON, CSV, Markdown or the plots as PNG (asks where, unless told)."""
-        return persist.export_run(self, kind, path)
-
-    @Slot()
-    def _changed(self, *_args: object) -> None:
-        if not self.autosave_timer.isActive() and not self._closing:
-            self.autosave_timer.start()
+        return self.persistence.export_run(kind, path)
 
     @Slot()
     def autosave(self) -> bool:
-        return persist.write_autosave(self)
+        return self.persistence.write_autosave()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self._closing = True
         self.timer.stop()
-        self.autosave_timer.stop()
+        self.persistence.stop()
         self.refresh()
         self.autosave()
-        persist.save_state(self, self.settings_store)
+        self.persistence.save_state()
         self.hide()
         if not self.runner.shutdown():
             self.status_text.setText("Still finishing the current job…")

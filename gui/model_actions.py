@@ -1,0 +1,138 @@
+"""Loading models in the window: the model picker's choice or File > Open served model… (a
+local model, a folder, a .gguf file, a hub id or an OpenAI-compatible endpoint), and the
+speculative method's draft model. ``ModelActions`` owns the loaded model (``bundle``) and the
+source being loaded; it never imports the window: ``ModelHost`` is what it uses there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from PySide6.QtCore import QObject, Slot
+from PySide6.QtWidgets import QInputDialog, QLabel, QPlainTextEdit, QWidget
+
+from engine.validate.served import CREDENTIALS_REFUSED, has_credentials, redact_url
+from gui.widgets.served_dialog import ServedDialog, parse_served
+
+if TYPE_CHECKING:
+    from engine.models.loading import ModelBundle
+    from gui.panels import PromptBox
+    from gui.widgets.method_panel import MethodPanel
+    from gui.widgets.model_picker import ModelPicker
+    from gui.worker import EngineRunner
+
+
+class ModelHost(Protocol):
+    """The window as model loading sees it."""
+
+    runner: EngineRunner
+    picker: ModelPicker
+    method: MethodPanel
+    prompt_box: PromptBox
+    prompt: QPlainTextEdit
+    model_label: QLabel
+    status_text: QLabel
+
+    def window(self) -> QWidget: ...  # a dialog's parent
+    def after_idle(self, fn: Callable[[], None]) -> None: ...
+    def load_draft(self, source: str) -> None: ...
+    def show_error(self, message: str) -> None: ...
+    def clear_output(self) -> None: ...
+
+
+class ModelActions(QObject):
+    def __init__(self, host: ModelHost) -> None:
+        super().__init__(host.window())
+        self.host = host
+        self.bundle: ModelBundle | None = None
+        self._loading_source: str | None = None  # as the user gave it (the recents keep it)
+        r = host.runner
+        r.model_loaded.connect(self.adopt)
+        r.load_failed.connect(self._on_load_failed)
+        r.draft_loaded.connect(self._on_draft_loaded)
+        host.method.load_draft_requested.connect(self._pick_draft)
+        host.picker.source_chosen.connect(self.load_model)
+        host.picker.served_requested.connect(self.open_served_dialog)
+
+    @Slot(str)
+    def load_model(self, source: str) -> None:
+        """Load a model; a running generation is stopped first (the current model stays until
+        the new one is ready)."""
+        h = self.host
+        if h.runner.busy:
+            h.runner.stop()
+            h.after_idle(lambda: self.load_model(source))  # busy: queued for the job's end
+            return
+        served = parse_served(source)
+        if served is not None and has_credentials(served[0]):  # before it is shown or kept
+            h.show_error(CREDENTIALS_REFUSED.format(url=redact_url(served[0])))
+            return
+        self._loading_source = source
+        h.picker.fill(pending=source)
+        if served is not None:  # a model behind an OpenAI-compatible endpoint
+            from engine.serve.remote import KeySource
+
+            url, model, key_kind = served
+            h.status_text.setText(f"Connecting to {url}…")
+            h.runner.open_served(url, model or None, KeySource(key_kind))
+            return
+        h.status_text.setText(f"Loading {source}…")
+        h.runner.load(source)
+
+    @Slot()
+    def open_served_dialog(self) -> None:
+        """File > Open served model…: the endpoint, the model, where the key comes from."""
+        last = next((r for r in self.host.picker.recents if parse_served(r)), None)
+        dialog = ServedDialog(self.host.window(), last)
+        if dialog.exec() != ServedDialog.DialogCode.Accepted:
+            return
+        source = dialog.source()
+        if source is None:
+            self.host.show_error("Give the server's address, for example http://127.0.0.1:8000")
+            return
+        self.load_model(source)
+
+    @Slot(object)
+    def adopt(self, bundle: ModelBundle) -> None:
+        """A model is loaded: it becomes the window's, the panels describe it."""
+        h = self.host
+        source = self._loading_source or bundle.source_key or bundle.source
+        bundle.source_key = source
+        previous_example = self.bundle.extra.get("example_prompt") if self.bundle else None
+        self.bundle, self._loading_source = bundle, None
+        h.picker.remember(source)
+        h.model_label.setText(bundle.describe())
+        h.method.set_served(hasattr(bundle, "make_session"))  # a served model's stream mode
+        h.prompt_box.describe_model(bundle.is_encoder_decoder, bundle.has_chat_template)
+        example = bundle.extra.get("example_prompt")
+        current = h.prompt.toPlainText().strip()
+        if example and (not current or current == previous_example):
+            h.prompt.setPlainText(example)
+        h.clear_output()
+        h.status_text.setText(f"Ready: {bundle.name}. Press Generate (Ctrl+Enter).")
+
+    @Slot(str)
+    def _on_load_failed(self, message: str) -> None:
+        self._loading_source = None
+        self.host.picker.fill()
+        self.host.show_error(f"Could not load the model.\n\n{message}")
+
+    @Slot()
+    def _pick_draft(self) -> None:
+        text, ok = QInputDialog.getText(
+            self.host.window(), "Draft model",
+            "A bundled name, a folder, a .gguf file or a Hugging Face id:",
+        )  # fmt: skip
+        if ok and text.strip():
+            self.host.load_draft(text.strip())
+
+    def load_draft(self, source: str) -> None:
+        if self.host.runner.busy:
+            return
+        self.host.status_text.setText(f"Loading draft model {source}…")
+        self.host.runner.load_draft(source)
+
+    @Slot(object)
+    def _on_draft_loaded(self, draft: ModelBundle) -> None:
+        self.host.method.draft_label.setText(draft.name)
+        self.host.status_text.setText(f"Draft model ready: {draft.name}")
