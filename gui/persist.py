@@ -184,6 +184,10 @@ class Persistence:
         change = h.store.restore_saved(saved)
         h.prompt.setPlainText(saved.editor_prompt)
         h.sampler.set_settings(saved.settings)
+        # setting the prompt and settings above started the timer, but the file holds just
+        # what the window now shows: rewriting it (seconds for a long run) would only freeze
+        # the window right after it opens
+        self.timer.stop()
         h.views.apply(change, busy=False)
         if h.store.steps:
             h.status_text.setText(

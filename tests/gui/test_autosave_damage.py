@@ -87,3 +87,17 @@ def test_good_autosave_still_restores(qtbot, store, autosave):
     assert w.restored_from_autosave and [s.token_id for s in w.store.steps] == [5]
     assert not list(autosave.parent.glob("autosave.json.broken-*"))
     w.close()
+
+
+def test_opening_an_autosave_does_not_write_it_again(qtbot, store, autosave):
+    """Restoring sets the prompt and settings, which schedule an autosave; the file already
+    holds what the window shows, and rewriting a long run froze the window for seconds right
+    after it opened. An edit still schedules one."""
+    autosave.write_text(_save(), encoding="utf-8")
+    w = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
+    qtbot.addWidget(w)
+    assert w.restored_from_autosave
+    assert not w.persistence.timer.isActive()
+    w.prompt.setPlainText("edited")
+    assert w.persistence.timer.isActive()
+    w.close()
