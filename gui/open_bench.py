@@ -59,10 +59,11 @@ def time_open(autosave: Path) -> tuple[float, int]:
 def run_open_bench(say: Callable[[str], None], steps: int = 80_000) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp())
     path = synthetic_autosave(folder / "autosave.json", steps)
+    time_open(path)  # closing writes it back as the window autosaves a run: with its tree
     mb = path.stat().st_size / 2**20
     seconds, restored = time_open(path)
     say(
-        f"7. opening a {restored}-step run from its autosave ({mb:.0f} MB): {seconds:.2f} s "
-        "to the window shown with every token in the pane (target < 5 s)"
+        f"7. opening a {restored}-step run from its autosave ({mb:.0f} MB, steps and tree): "
+        f"{seconds:.2f} s to the window shown with every token in the pane (target < 5 s)"
     )
     return {"open_steps": restored, "open_autosave_mb": mb, "open_s": seconds}

@@ -18,6 +18,7 @@ from engine.models.catalog import DEFAULT_MODEL
 from engine.validate import InputError
 from engine.validate import autosave as autosave_io
 from engine.validate import settings as check
+from engine.validate.core import collector_paused
 from gui.menus import BASE_FONT_PT
 from gui.widgets.model_picker import MAX_RECENTS
 from gui.widgets.token_pane import COLOR_BY_RANK
@@ -175,13 +176,15 @@ class Persistence:
         way."""
         h = self.host
         try:
-            saved = autosave_io.read_autosave(self.autosave_path)
+            with collector_paused():
+                saved = autosave_io.read_autosave(self.autosave_path)
         except InputError as exc:
             self._set_aside(exc)
             return False
         if saved is None:
             return False
-        change = h.store.restore_saved(saved)
+        with collector_paused():
+            change = h.store.restore_saved(saved)
         h.prompt.setPlainText(saved.editor_prompt)
         h.sampler.set_settings(saved.settings)
         # setting the prompt and settings above started the timer, but the file holds just

@@ -321,6 +321,7 @@ class TreeActions(QObject):
 
     def open_tree_file(self, path: str | None = None) -> bool:
         from engine.validate import InputError
+        from engine.validate.core import collector_paused
         from engine.validate.jsonio import read_json
         from engine.validate.limits import MAX_RUN_FILE_BYTES
 
@@ -329,7 +330,8 @@ class TreeActions(QObject):
             if not path:
                 return False
         try:  # the file is only read: one that fails is left as it is
-            tree = RunTree.from_json(read_json(path, MAX_RUN_FILE_BYTES))
+            with collector_paused():
+                tree = RunTree.from_json(read_json(path, MAX_RUN_FILE_BYTES))
         except (InputError, TreeFormatError, OSError) as exc:
             self.w.show_error(f"Could not open the tree {path}:\n{exc}")
             return False
