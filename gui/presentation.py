@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDockWidget, QMenuBar, QSplitter, QToolBar, QWidget
 
@@ -83,6 +84,10 @@ class Presentation:
             dock.setTitleBarWidget(QWidget() if on else None)
             dock.setMaximumWidth(int(h.width() * 0.3) if on else 16777215)
         h.strip.setVisible(on)
+        # every tab's name shown, shortened if it must be ("Experim…"), rather than a tab bar
+        # that scrolls and cuts the first name ("istribution") at 20 pt
+        h.plots.tabs.setUsesScrollButtons(not on)
+        h.plots.tabs.setElideMode(Qt.TextElideMode.ElideRight)
         h.output.setTitle("Output" if on else h.output.normal_title)
         self.appearance.apply_zoom(self.appearance.font_pt)
         h.views.redraw(busy=False)

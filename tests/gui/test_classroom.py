@@ -102,9 +102,14 @@ def test_presentation_view_text_is_at_least_20pt_at_1280x720(qtbot, window):
     assert "top-p 0.90 cut here" in said
     window.set_zoom(window.font_pt + 4)  # the view grows with the zoom
     assert dist.getPlotItem().getAxis("left").style["tickFont"].pointSize() >= 24
+    settle(window)
+    bar = window.tabs.tabBar()  # every tab in the bar (its name shortened if it must be)
+    rects = [bar.tabRect(i) for i in range(bar.count())]
+    assert all(r.left() >= 0 and r.right() <= bar.width() for r in rects), rects
     qtbot.keyClick(window, Qt.Key.Key_F5)
     settle(window)
     assert not window.presenting and window.left.isVisible() and window.plots.curves.isVisible()
+    assert window.tabs.usesScrollButtons()  # the normal view's bar is as it was
 
 
 @pytest.mark.parametrize("size", [(1280, 720), (1366, 768)])
