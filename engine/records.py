@@ -41,6 +41,10 @@ class Candidate:
     after_p: float | None = None
 
 
+# Step.source of a token of a scored text: the model's own probabilities, no sampler ran
+SCORED = "score"
+
+
 @dataclass(frozen=True)
 class StageNote:
     """What one stage of the sampler did at a step ("mu 4.82: kept 31", "XTC removed 2 top
@@ -69,7 +73,8 @@ class Step:
     tokens_per_s: float  # running rate since the start of the run
     forced: bool = False  # chosen by the user, not sampled
     is_eos: bool = False
-    source: str = "sample"  # "sample", "greedy", "forced", "draft", "target", "beam"
+    # "sample", "greedy", "forced", "draft", "target", "beam", or SCORED (a scored text's token)
+    source: str = "sample"
     prefill: bool = False  # step_time includes reading the prompt (or catching up after undo)
     special: bool = False  # a special token of the tokenizer (<|im_end|>, </s>, ...)
     # A served model (engine.serve.remote_session) reports only its top-N candidates: the raw mass

@@ -182,6 +182,7 @@ class DistributionBox(QWidget):
         layout.addLayout(row)
         self.key = OneLineLabel()  # one line: two would take rows from the plot
         self.key.set_versions(self.plot.legend_versions())
+        self.plot.legend_changed.connect(lambda: self.key.set_versions(self.plot.legend_versions()))
         self.key.setObjectName("dist_key")
         layout.addWidget(self.info)
         layout.addWidget(self.key)

@@ -11,7 +11,7 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QCursor, QFont, QFontMetrics
 from PySide6.QtWidgets import QToolTip, QWidget
 
-from engine.records import Candidate, Step
+from engine.records import SCORED, Candidate, Step
 from gui.theme import CUT_MARK, LIGHT, Theme
 from gui.widgets.series_plot import still_plot, style_axes, tick_font
 from gui.widgets.step_text import pct, short, value_text
@@ -33,6 +33,7 @@ class DistributionPlot(pg.PlotWidget):
     (``bar_clicked(step_index, token_id)``)."""
 
     bar_clicked = Signal(int, int)
+    legend_changed = Signal()  # the key changed (a scored text's tokens have no sampler bars)
 
     def __init__(self, parent: QWidget | None = None, top_n: int = 20) -> None:
         super().__init__(parent)
@@ -47,6 +48,7 @@ class DistributionPlot(pg.PlotWidget):
         self._points = 11
         self._tick_font = QFont()
         self.theme = LIGHT
+        self.sampled = True  # the step went through a sampler: its bars after it are drawn
         plot = still_plot(self)
         vb = plot.getViewBox()
         vb.invertY(True)
@@ -132,7 +134,9 @@ class DistributionPlot(pg.PlotWidget):
             chip(CUT_MARK, "cut-off", "┅"),
             chip(t.chosen, "before a penalty" if short == 0 else "penalised", "◇"),
         ]  # fmt: skip
-        if short >= 2:
+        if not self.sampled:  # a scored text: the model's bars and the chosen token only
+            chips = [chips[0], chips[3]]
+        elif short >= 2:
             chips = chips[:4]
         return " &nbsp; ".join(chips)
 
@@ -154,6 +158,10 @@ class DistributionPlot(pg.PlotWidget):
                                                      or step.index != self.step.index):  # fmt: skip
             self.marks = {}
         self.step = step
+        sampled = step is None or step.source != SCORED
+        if sampled != self.sampled:
+            self.sampled = sampled
+            self.legend_changed.emit()
         if step is None:
             self._clear()
             return
@@ -189,9 +197,13 @@ class DistributionPlot(pg.PlotWidget):
         raw = np.array([r[1].raw_prob for r in self.rows])
         proc = np.array([r[1].prob for r in self.rows])
         cut = proc <= 0
-        self.raw_kept.setOpts(x0=np.zeros((~cut).sum()), y=y[~cut] - 0.2, width=raw[~cut])
-        self.raw_cut.setOpts(x0=np.zeros(cut.sum()), y=y[cut] - 0.2, width=raw[cut])
-        self.processed.setOpts(x0=np.zeros(len(y)), y=y + 0.2, width=proc)
+        # a scored text's token has no sampler: one bar per row, the model's, twice as thick
+        off, tall = (0.2, 0.4) if self.sampled else (0.0, 0.8)
+        self.raw_kept.setOpts(x0=np.zeros((~cut).sum()), y=y[~cut] - off, width=raw[~cut],
+                              height=tall)  # fmt: skip
+        self.raw_cut.setOpts(x0=np.zeros(cut.sum()), y=y[cut] - off, width=raw[cut], height=tall)
+        shown = len(y) if self.sampled else 0
+        self.processed.setOpts(x0=np.zeros(shown), y=y[:shown] + 0.2, width=proc[:shown])
         marked = [(r[1].before_p, r[0]) for r in self.rows
                   if r[1].penalised_by and r[1].before_p is not None]  # fmt: skip
         self.before.setData([m[0] for m in marked], [m[1] + 0.2 for m in marked])

@@ -26,14 +26,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.records import Candidate, Step
+from engine.records import SCORED, Candidate, Step
 from engine.tree.scored import ScoredToken, TextScore
 from gui.theme import BUCKET_LABELS, LIGHT, Theme, bucket_of
 from gui.widgets.series_plot import still_plot, style_axes, tick_font
 from gui.widgets.step_text import pct, short
 from gui.widgets.token_pane import COLOR_BY_RANK, TokenPane
 
-SCORE_SOURCE = "score"  # Step.source of a scored token: not a run's step
+SCORE_SOURCE = SCORED  # Step.source of a scored token: not a run's step
 
 
 def score_steps(score: TextScore) -> list[Step]:

@@ -86,6 +86,10 @@ def test_click_shows_that_tokens_top_n_and_branch_here(qtbot, window, tiny_dir):
     )
     shown = [r[1].token_id for r in window.dist.rows]
     assert shown[: window.dist.shown_n] == [c[0] for c in want.tokens[k].top][: window.dist.shown_n]
+    # no sampler ran: the model's bars only, and the key says nothing of a sampler
+    key = window.plots.dist_box.key
+    assert "model" in key.text() and "sampler" not in key.text()
+    assert len(window.dist.processed.opts["width"]) == 0 and len(window.dist.raw_kept.opts["width"])
     # branch here: the second-ranked alternative at token k
     alt = next(c[0] for c in want.tokens[k].top if c[0] != want.tokens[k].token_id)
     with qtbot.waitSignal(
@@ -98,6 +102,8 @@ def test_click_shows_that_tokens_top_n_and_branch_here(qtbot, window, tiny_dir):
     assert window.prompt.toPlainText() == CONTEXT + window.bundle.tokenizer.decode(ids[:k])
     assert window.store.steps[0].token_id == alt and window.store.steps[0].forced
     assert not scoring.view.isVisible() and window.output.isVisible()
+    window.select_step(0)  # a run's step again: its bars after the sampler, and their key
+    assert "sampler" in key.text() and len(window.dist.processed.opts["width"]) > 0
 
 
 def test_bar_click_on_a_run_still_takes_the_token(qtbot, window, tiny_dir):
