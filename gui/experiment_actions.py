@@ -1,6 +1,6 @@
 """The Experiments menu and tab: sample a step N times, sweep a setting, stochastic variation
 and two models in lockstep. The window creates this controller in one line; it asks the
-runner for jobs (``EngineRunner.experiment``), keeps what a finished job returned, and draws
+runner for jobs (``EngineRunner.job``), keeps what a finished job returned, and draws
 it into the Experiments tab on its own redraw timer. It never writes into the worker, and the
 current run is never touched: an experiment builds its own sessions on the job's thread."""
 
@@ -102,7 +102,7 @@ class ExperimentActions(QObject):
         if self.runner.busy:
             self.say(f"Busy ({self.runner.job_name}): press Stop first.")
             return False
-        started = self.runner.experiment(name, work, partial(self._finished, name))
+        started = self.runner.job(name, work, partial(self._finished, name))
         if started:
             self.plots.tabs.setCurrentWidget(self.tabs)
             self.tabs.setCurrentWidget(page)

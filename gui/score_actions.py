@@ -1,5 +1,5 @@
 """Score a text in the window (issue 25): File > Score a text… (paste or open a file), the
-scoring on the job loop's thread (``EngineRunner.task``), the Score view in the middle column
+scoring on the job loop's thread (``EngineRunner.job``), the Score view in the middle column
 in place of the output, a clicked token's top-N in the Distribution tab, and "branch here".
 
 "Branch here": a click on a bar of the Distribution tab while it shows a scored token. The
@@ -168,12 +168,12 @@ class ScoreActions:
             return
         self.text, self.prompt = text, prompt
 
-        def work(bundle: Any) -> TextScore:
+        def work(_job: Any, bundle: Any) -> TextScore:
             from engine.tree.score import score_text  # torch: loaded with the first model
 
             return score_text(bundle, text, prompt=prompt, top_n=SCORE_TOP_N)
 
-        if w.runner.task("score", work, self._scored):
+        if w.runner.job("score", work, self._scored):
             w.status_text.setText("Scoring the text…")
 
     def _scored(self, score: TextScore) -> None:
@@ -277,7 +277,8 @@ class ScoreActions:
         text = self.text
         self.close()
 
-        def before(bundle: Any) -> str:  # on the job's thread: a served tokenizer may be remote
+        # on the job's thread: a served model's tokenizer may be remote
+        def before(_job: Any, bundle: Any) -> str:
             if bundle.is_encoder_decoder:
                 return ""
             ids = bundle.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -286,7 +287,7 @@ class ScoreActions:
         def then(prefix: str) -> None:
             w.after_idle(lambda: self._branch(prefix, token_id))
 
-        if w.runner.task("branch here", before, then):
+        if w.runner.job("branch here", before, then):
             w.status_text.setText(f"Branching at token {position + 1} of the scored text…")
 
     def _branch(self, before: str, token_id: int) -> None:

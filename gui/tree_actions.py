@@ -227,10 +227,9 @@ class TreeActions(QObject):
         copy, tail = path_copy(tree, at, [])
         settings = w.sampler.settings()
 
-        def work(job: Any) -> Any:
+        def work(job: Any, bundle: Any) -> Any:
             from engine.tree.expand import expand
 
-            bundle = self.runner.workbench.bundle
             copy.prompt_ids = bundle.encode_prompt(prompt, chat)
 
             def progress(done: int, total: int) -> None:

@@ -293,14 +293,19 @@ class EngineRunner(QObject):
         return self._run("branch", lambda: self.workbench.resume_branch(
             request, saved, step_index, token_id, limit))  # fmt: skip
 
-    def job(self, name: str, work: Callable[[Job], Any], on_result: Callable[[Any], None]) -> bool:
-        """A job another module describes (the tree's expansion): ``work(job)`` runs on the
-        worker thread with ``self.workbench`` (never the store); ``on_result`` on the GUI thread
-        with what it returned; failures on ``failed``."""
-        if self.workbench.bundle is None and not self.busy:
+    def job(
+        self, name: str, work: Callable[[Job, ModelBundle], Any], on_result: Callable[[Any], None]
+    ) -> bool:
+        """A job another module describes (the tree's expansion, scoring a text, an
+        experiment): ``work(job, bundle)`` runs on the worker thread with the loaded model
+        (never the store; a generator is driven like a run: Stop, progress, records to the
+        store); ``on_result`` gets its return value on the GUI thread; failures go to
+        ``failed``. The current run is untouched."""
+        bundle = self.workbench.bundle
+        if bundle is None and not self.busy:
             self.failed.emit("No model is loaded yet.")
             return False
-        return self._start(work, name, on_result, self.failed)
+        return self._start(lambda job: work(job, bundle), name, on_result, self.failed)
 
     def undo(self) -> bool:
         return self._run("undo", self.workbench.undo)
@@ -310,30 +315,6 @@ class EngineRunner(QObject):
 
     def compare(self, request: RunRequest) -> bool:
         return self._run("compare", lambda: self.workbench.compare(request))
-
-    def task(
-        self, name: str, work: Callable[[ModelBundle], Any], on_result: Callable[[Any], None]
-    ) -> bool:
-        """One computation on the loaded model that sends no records (scoring a text): ``work``
-        runs on the job's thread, ``on_result`` gets its return value on the GUI thread."""
-        bundle = self.workbench.bundle
-        if bundle is None:
-            self.failed.emit("No model is loaded yet.")
-            return False
-        return self._start(lambda _job: work(bundle), name, on_result, self.failed)
-
-    def experiment(
-        self, name: str, work: Callable[[Job, Any], Any], on_result: Callable[[Any], None]
-    ) -> bool:
-        """An experiment (``gui.experiment_actions``): ``work(job, bundle)`` runs on the job's
-        thread (a generator is driven like a run: Stop, Progress, records to the store); its
-        return value reaches ``on_result`` on the GUI thread. The current run is untouched."""
-        if self.workbench.bundle is None and not self.busy:
-            self.failed.emit("No model is loaded yet.")
-            return False
-        return self._start(
-            lambda job: work(job, self.workbench.bundle), name, on_result, self.failed
-        )
 
     def forget_run(self) -> None:
         """Drop the current session (the output was cleared): the next Step starts a new run.
