@@ -75,10 +75,9 @@ def session_for(bundle: Any, where: Where, settings: SamplerSettings) -> Any:
     ids = bundle.encode_prompt(where.prompt, where.chat_template)
     if where.prefix and bundle.is_encoder_decoder:
         raise ValueError("On an encoder-decoder model only the first step can be sampled here.")
-    return GenerationSession(
-        bundle.model, [*ids, *where.prefix], settings, tokenizer=bundle.tokenizer,
-        eos_token_ids=bundle.eos_token_ids, top_n=1, max_context=bundle.context_length,
-    )  # fmt: skip
+    return GenerationSession.over(
+        bundle, [*ids, *where.prefix], settings, top_n=1, max_context=bundle.context_length
+    )
 
 
 def sample_first(bundle: Any, where: Where, settings: SamplerSettings, n: int) -> SampleResult:

@@ -75,10 +75,7 @@ def _session(args: argparse.Namespace, bundle: Any, settings: Any) -> Any:
 
     prompt = args.prompt or bundle.extra.get("example_prompt", "Once upon a time")
     ids = bundle.encode_prompt(prompt, use_chat_template=False if args.no_chat_template else None)
-    return GenerationSession(
-        bundle.model, ids, settings, tokenizer=bundle.tokenizer,
-        eos_token_ids=bundle.eos_token_ids, top_n=1,
-    )  # fmt: skip
+    return GenerationSession.over(bundle, ids, settings, top_n=1)
 
 
 def _emit(data: Any) -> int:

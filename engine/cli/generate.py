@@ -195,14 +195,8 @@ def _local_session(
     ids = bundle.encode_prompt(prompt, use_chat_template=False if args.no_chat_template else None)
     top_n = max(args.show_probs, 20 if args.html else 1)
     if args.method == "sampling":
-        return GenerationSession(
-            bundle.model,
-            ids,
-            settings,
-            tokenizer=bundle.tokenizer,
-            eos_token_ids=bundle.eos_token_ids,
-            top_n=top_n,
-            fast=args.engine == "fast",
+        return GenerationSession.over(
+            bundle, ids, settings, top_n=top_n, fast=args.engine == "fast"
         )
     from engine.drivers.workbench import RunRequest, make_session
 

@@ -80,6 +80,15 @@ class GenerationSession(SessionBase):
         self._undo: list[tuple[int, list[Step]]] = []
         self._redo: list[tuple[int, list[Step]]] = []
 
+    @classmethod
+    def over(
+        cls, bundle: Any, prompt_ids: Sequence[int], settings: SamplerSettings, **options: Any
+    ) -> GenerationSession:
+        """A session on a loaded model (``engine.models.loading.ModelBundle``): its model,
+        tokenizer and end-of-text ids; ``options`` as the constructor takes them."""
+        options = {"tokenizer": bundle.tokenizer, "eos_token_ids": bundle.eos_token_ids, **options}
+        return cls(bundle.model, prompt_ids, settings, **options)
+
     @property
     def forward_passes(self) -> int:
         return self.stepper.forward_passes

@@ -64,15 +64,7 @@ def ours_rate(
     settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
 
     def make() -> GenerationSession:
-        return GenerationSession(
-            bundle.model,
-            ids,
-            settings,
-            tokenizer=bundle.tokenizer,
-            eos_token_ids=bundle.eos_token_ids,
-            top_n=top_n,
-            fast=fast,
-        )
+        return GenerationSession.over(bundle, ids, settings, top_n=top_n, fast=fast)
 
     list(make().stream(4))  # warm-up
     session = ready(make(), n)  # on CUDA: this session's own capture, before the clock
@@ -86,15 +78,8 @@ def top20_drift(
     """Max |p - p_ref| over the top-20 candidates of every step, following the reference's
     tokens so that both runs see the same text."""
     tokens = reference.generated_ids
-    session = GenerationSession(
-        bundle.model,
-        ids,
-        SamplerSettings(temperature=0, max_new_tokens=len(tokens)),
-        tokenizer=bundle.tokenizer,
-        eos_token_ids=(),
-        top_n=20,
-        fast=fast,
-    )
+    settings = SamplerSettings(temperature=0, max_new_tokens=len(tokens))
+    session = GenerationSession.over(bundle, ids, settings, eos_token_ids=(), top_n=20, fast=fast)
     worst = 0.0
     for ref_step, token in zip(reference.history, tokens, strict=True):
         session.force_next(token)

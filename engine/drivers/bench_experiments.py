@@ -33,10 +33,7 @@ SCHEMA = {
 
 
 def _session(bundle: ModelBundle, ids: list[int], settings: SamplerSettings) -> GenerationSession:
-    return GenerationSession(
-        bundle.model, ids, settings, tokenizer=bundle.tokenizer,
-        eos_token_ids=bundle.eos_token_ids, top_n=1, fast=True,
-    )  # fmt: skip
+    return GenerationSession.over(bundle, ids, settings, top_n=1, fast=True)
 
 
 def step_sampler_section(bundle: ModelBundle, say: Callable[[str], None]) -> dict[str, Any]:
@@ -84,10 +81,8 @@ def lockstep_section(
     """fp32 decides, a bf16 copy of the same weights scores: how far apart they are."""
     ids = bundle.encode_prompt(PROMPT, use_chat_template=False)
     b = copy.deepcopy(bundle.model).to(torch.bfloat16)
-    session = GenerationSession(
-        bundle.model, ids, SamplerSettings(temperature=0.0, max_new_tokens=n),
-        tokenizer=bundle.tokenizer, eos_token_ids=bundle.eos_token_ids, top_n=1,
-    )  # fmt: skip
+    settings = SamplerSettings(temperature=0.0, max_new_tokens=n)
+    session = GenerationSession.over(bundle, ids, settings, top_n=1)
     lock = Lockstep(session, b, bundle.tokenizer, top_n=10)
     start = time.perf_counter()
     list(lock.stream())

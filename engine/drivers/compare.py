@@ -51,10 +51,9 @@ class _Comparison:
     def session(self, use_cache: bool, s: SamplerSettings, fast: bool = False) -> GenerationSession:
         """A plain session over the prompt, its GPU decode step already captured."""
         b = self.bundle
-        session = GenerationSession(
-            b.model, self.ids, s, tokenizer=b.tokenizer, eos_token_ids=b.eos_token_ids,
-            top_n=1, max_context=b.context_length, use_cache=use_cache, fast=fast,
-        )  # fmt: skip
+        session = GenerationSession.over(
+            b, self.ids, s, top_n=1, max_context=b.context_length, use_cache=use_cache, fast=fast
+        )
         return ready(session, self.n)
 
     def plain(self, use_cache: bool, s: SamplerSettings, fast: bool = False) -> GenerationSession:
@@ -334,10 +333,9 @@ def compare_presets(
     b = bundle
 
     def make(settings: SamplerSettings) -> GenerationSession:
-        session = GenerationSession(
-            b.model, prompt_ids, settings, tokenizer=b.tokenizer, eos_token_ids=b.eos_token_ids,
-            top_n=1, max_context=b.context_length, fast=fast,
-        )  # fmt: skip
+        session = GenerationSession.over(
+            b, prompt_ids, settings, top_n=1, max_context=b.context_length, fast=fast
+        )
         return ready(session, max_new_tokens)  # on CUDA: its capture, before the clock
 
     first = next(iter(presets.values()), SamplerSettings())

@@ -18,10 +18,7 @@ def run_stage(stage: LessonStage, bundle: Any, top: int = 20) -> StepSample | li
     ids = bundle.encode_prompt(stage.prompt, stage.use_chat_template)
 
     def make(settings: SamplerSettings) -> GenerationSession:
-        return GenerationSession(
-            bundle.model, ids, settings, tokenizer=bundle.tokenizer,
-            eos_token_ids=bundle.eos_token_ids, top_n=1,
-        )  # fmt: skip
+        return GenerationSession.over(bundle, ids, settings, top_n=1)
 
     if stage.action == ACTION_SAMPLE_STEP:
         return sample_step(make(stage.settings), stage.samples, seed=stage.settings.seed, top=top)
