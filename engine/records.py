@@ -14,6 +14,7 @@ from typing import Any
 # The ways a run picks its tokens: one set of names for the engine, the window, the lessons.
 SAMPLING, BEAM, SPEC_NGRAM, SPEC_DRAFT = "sampling", "beam", "spec_ngram", "spec_draft"
 SAMPLED_BEAM, GROUP_BEAM, CONTRASTIVE = "sampled_beam", "group_beam", "contrastive"
+BEAMS = (BEAM, SAMPLED_BEAM, GROUP_BEAM)  # searches: no settings mid-run, the best beam at the end
 RUN_METHODS = {
     SAMPLING: "Sampling, token by token",
     BEAM: "Beam search",

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QLabel, QPlainTextEdit
 
-from engine.drivers.workbench import BEAMS, RunRequest
-from engine.records import CONTRASTIVE, SAMPLING
+from engine.drivers.workbench import RunRequest
+from engine.records import BEAMS, CONTRASTIVE, SAMPLING
 
 if TYPE_CHECKING:
     from engine.models.loading import ModelBundle

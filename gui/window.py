@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.drivers.workbench import BEAMS, RunRequest
+from engine.drivers.workbench import RunRequest
 from engine.models.loading import ModelBundle
-from engine.records import RunSummary, Step
+from engine.records import BEAMS, RunSummary, Step
 from engine.validate.served import unknown_ids_notice
 from gui.appearance import Appearance, about_text
 from gui.experiment_actions import ExperimentActions

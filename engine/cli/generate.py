@@ -16,14 +16,13 @@ from engine.cli.common import (
     settings_from,
     visible,
 )
+from engine.records import BEAMS, CONTRASTIVE, SAMPLING
 from engine.validate.limits import MAX_BEAMS, MAX_NEW_TOKENS, MAX_TOP_N
 
 if TYPE_CHECKING:  # imported when a command runs: torch loads only then
     from engine.models.loading import ModelBundle
     from engine.records import Step
     from engine.sampling.settings import SamplerSettings
-
-BEAM_METHODS = ("beam", "sampled_beam", "group_beam")  # they print the best beam at the end
 
 # The basic sampler settings: (option, type, help). One left out keeps the preset's value.
 BASIC_SAMPLER_OPTIONS = (
@@ -81,7 +80,7 @@ def _add_method_options(gen: argparse.ArgumentParser) -> None:
     """The decoding method and the settings of the methods other than sampling."""
     gen.add_argument(
         "--method", default="sampling",
-        choices=("sampling", *BEAM_METHODS, "contrastive"),
+        choices=(SAMPLING, *BEAMS, CONTRASTIVE),
         help="how tokens are chosen (default: sampling); beam methods print the best beam",
     )  # fmt: skip
     gen.add_argument(
@@ -151,7 +150,7 @@ def run_local(args: argparse.Namespace) -> int:
         session = _local_session(args, bundle, prompt, settings)
     except ValueError as exc:
         return _error(exc, 2)
-    beams = args.method in BEAM_METHODS
+    beams = args.method in BEAMS
     steps = _print_steps(args, session, beams)
     if beams and not args.show_probs:
         print(session.text, end="")

@@ -17,6 +17,7 @@ from typing import Any
 from engine.models.loading import ModelBundle
 from engine.records import (
     BEAM,
+    BEAMS,
     CONTRASTIVE,
     GROUP_BEAM,
     KEEP_FULL,
@@ -56,9 +57,6 @@ class RunRequest:
     contrastive_k: int = 4
     num_beam_groups: int = 2  # diverse beam search
     diversity_penalty: float = 0.5
-
-
-BEAMS = (BEAM, SAMPLED_BEAM, GROUP_BEAM)  # searches that cannot take settings mid-run
 
 
 def live(session: Any, records: Iterator[Any], settings: bool = True) -> Action:
