@@ -33,9 +33,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.records import Step
+from engine.records import SCORED, Step
 from engine.tree.scored import TextScore
-from gui.widgets.score_view import SCORE_SOURCE, ScoreView, describe_token, score_steps
+from gui.widgets.score_view import ScoreView, describe_token, score_steps
 
 MAX_SCORE_FILE_BYTES = 1024 * 1024  # a text file to score; bigger is refused, not truncated
 MAX_SCORE_CHARS = 200_000  # one forward pass over the whole text: keep it to a page or a few
@@ -214,7 +214,7 @@ class ScoreActions:
             self.view.parentWidget().setSizes(self._sizes)
         if self._hint:
             self.w.plots.dist_box.hint.setText(self._hint)
-        if self.w.dist.step is not None and self.w.dist.step.source == SCORE_SOURCE:
+        if self.w.dist.step is not None and self.w.dist.step.source == SCORED:
             self.w.dist.set_step(None)  # the run's views draw their step at the next change
             if self.w.store.steps:
                 self.w.dist.set_step(self.w.store.steps[-1])
@@ -258,7 +258,7 @@ class ScoreActions:
     @Slot(int, int)
     def _bar_clicked(self, step_index: int, token_id: int) -> None:
         step = self.w.dist.step
-        if step is not None and step.source == SCORE_SOURCE:
+        if step is not None and step.source == SCORED:
             self.branch_here(step_index, token_id)
         else:
             self.w.choose_token(step_index, token_id)

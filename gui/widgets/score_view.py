@@ -33,8 +33,6 @@ from gui.widgets.series_plot import still_plot, style_axes, tick_font
 from gui.widgets.step_text import pct, short
 from gui.widgets.token_pane import COLOR_BY_RANK, TokenPane
 
-SCORE_SOURCE = SCORED  # Step.source of a scored token: not a run's step
-
 
 def score_steps(score: TextScore) -> list[Step]:
     """One Step-shaped record per scored token; ``index`` is its place among the scored tokens
@@ -47,7 +45,7 @@ def score_steps(score: TextScore) -> list[Step]:
         steps.append(Step(index=i, token_id=t.token_id, text=t.text, token_str=t.text,
                           raw_prob=p, prob=p, rank=t.rank, candidates=cands,
                           survivors=len(cands), entropy_raw=t.entropy, entropy=t.entropy,
-                          step_time=0.0, tokens_per_s=0.0, source=SCORE_SOURCE))  # fmt: skip
+                          step_time=0.0, tokens_per_s=0.0, source=SCORED))  # fmt: skip
     return steps
 
 
