@@ -50,9 +50,13 @@ class PresentationHost(Protocol):
 class Presentation:
     def __init__(self, host: PresentationHost, appearance: Appearance) -> None:
         self.host, self.appearance = host, appearance
-        self.presenting = False
         self._normal_sizes: list[int] = []  # the normal view's split, given back on leaving
         self._normal_top_n: int | None = None  # and its number of bars
+
+    @property
+    def presenting(self) -> bool:
+        """Whether the view is on: the text size says it (``Appearance.presenting``)."""
+        return self.appearance.presenting
 
     def hidden(self) -> list[QWidget]:
         """What the presentation view hides."""
@@ -67,7 +71,7 @@ class Presentation:
         if on == self.presenting:
             return
         h = self.host
-        self.presenting = self.appearance.presenting = on
+        self.appearance.presenting = on
         h.views.compact = on
         h.acts.presentation.setChecked(on)
         top_n = h.plots.dist_box.top_n
