@@ -48,7 +48,6 @@ class DistributionPlot(pg.PlotWidget):
         self._points = 11
         self._tick_font = QFont()
         self.theme = LIGHT
-        self.sampled = True  # the step went through a sampler: its bars after it are drawn
         plot = still_plot(self)
         vb = plot.getViewBox()
         vb.invertY(True)
@@ -120,6 +119,11 @@ class DistributionPlot(pg.PlotWidget):
         if step is not None:  # the room for labels and how many fit depend on the size
             self.set_step(step)
 
+    @property
+    def sampled(self) -> bool:
+        """The step shown went through a sampler: a scored text's has no bars after one."""
+        return self.step is None or self.step.source != SCORED
+
     def legend_html(self, short: int = 0) -> str:
         """The key, drawn outside the plot by whoever holds it; ``short`` 1 and 2 drop words
         and then the rarer marks, so that it fits on one line in a narrow plot."""
@@ -157,10 +161,9 @@ class DistributionPlot(pg.PlotWidget):
         if step is not self.step and self.marks and (step is None or self.step is None
                                                      or step.index != self.step.index):  # fmt: skip
             self.marks = {}
+        was_sampled = self.sampled
         self.step = step
-        sampled = step is None or step.source != SCORED
-        if sampled != self.sampled:
-            self.sampled = sampled
+        if self.sampled != was_sampled:
             self.legend_changed.emit()
         if step is None:
             self._clear()
