@@ -35,7 +35,6 @@ class ModelHost(Protocol):
 
     def window(self) -> QWidget: ...  # a dialog's parent
     def after_idle(self, fn: Callable[[], None]) -> None: ...
-    def load_draft(self, source: str) -> None: ...
     def show_error(self, message: str) -> None: ...
     def clear_output(self) -> None: ...
 
@@ -124,7 +123,7 @@ class ModelActions(QObject):
             "A bundled name, a folder, a .gguf file or a Hugging Face id:",
         )  # fmt: skip
         if ok and text.strip():
-            self.host.load_draft(text.strip())
+            self.load_draft(text.strip())
 
     def load_draft(self, source: str) -> None:
         if self.host.runner.busy:
