@@ -29,3 +29,8 @@ class DrafterMismatchError(ValueError):
 
 class TokenizerMismatchError(ValueError):
     """Two models compared token by token do not share a tokenizer."""
+
+
+class InternalsUnavailable(ValueError):
+    """Inside the step cannot read this model or this step (a served model, an architecture it
+    does not know, a token with no context); the message says which."""

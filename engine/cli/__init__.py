@@ -17,9 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Imported here, not at the top: each command imports torch only when it runs. Static
     # imports, so a packaged build finds them.
-    from engine.cli import bench, catalog, compare, experiments, generate, tree
+    from engine.cli import bench, catalog, compare, experiments, generate, inspect, tree
 
-    for command in (generate, compare, tree, experiments, bench, catalog):  # in the help's order
+    # in the help's order
+    for command in (generate, compare, tree, experiments, inspect, bench, catalog):
         command.register(sub)
     return parser
 
