@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="only the experiments: step sampler, grammar cost, fp32 vs bf16 lockstep (CPU)",
     )  # fmt: skip
     bench.add_argument("--tree-only", action="store_true", help="only the tree expansion part")
+    bench.add_argument(
+        "--internals", action="store_true",
+        help="only inside the step: the decision strip, one step's views, decode before/after",
+    )  # fmt: skip
     bench.add_argument("--json", default=None, help="also write the figures to this file")
     bench.set_defaults(func=run)
     return bench
@@ -63,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
         from engine.drivers.bench_experiments import experiments_section
 
         figures["experiments"] = experiments_section(bundle, say)
+        return _written(figures, args.json)
+    from engine.drivers.bench_internals import internals_section
+
+    figures["internals"] = internals_section(bundle, say)
+    if args.internals:
         return _written(figures, args.json)
     figures["tree"] = tree_section(bundle, say)
     if args.tree_only:

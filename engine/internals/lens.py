@@ -120,16 +120,26 @@ class TopOne:
         return win
 
 
+_TOP_ONE: list[tuple[tuple[int, int, torch.dtype], TopOne]] = []
+
+
+def top_one(weight: Tensor) -> TopOne:
+    """The TopOne of an unembedding, kept for the next strip (its bf16 copy costs ~80 ms on
+    SmolLM2); a weight changed in place or another model's makes a new one."""
+    key = (weight.data_ptr(), weight._version, weight.dtype)
+    if _TOP_ONE and _TOP_ONE[0][0] == key:
+        return _TOP_ONE[0][1]
+    _TOP_ONE[:] = [(key, TopOne(weight))]
+    return _TOP_ONE[0][1]
+
+
 def strip_scan(an: Anatomy, resid: Tensor, chosen: Tensor) -> list[int | None]:
     """Decision layers of ``chosen`` [P] from the residuals ``resid`` [L + 1, P, d], walking
     from the output down and stopping for each token at the first layer where it is not top-1
     (only what is needed is computed: a sampled second choice costs the output layer alone)."""
     n_layers = resid.shape[0] - 1
-    w = an.head.weight
-    top = TopOne(w)
-    final = (
-        torch.cat([an.lens(part).argmax(-1) for part in resid[n_layers].split(CHUNK)]) == chosen
-    )  # the model's output: always exact
+    top = top_one(an.head.weight)
+    final = _hits(an, top, _head_input(an, resid[n_layers]), chosen)  # the model's output
     decision = torch.full_like(chosen, -1)
     alive = final.nonzero().squeeze(1)
     decision[alive] = n_layers
@@ -137,9 +147,7 @@ def strip_scan(an: Anatomy, resid: Tensor, chosen: Tensor) -> list[int | None]:
     while layer >= 0 and alive.numel():
         k = max(1, min(layer + 1, math.ceil(ROWS / alive.numel())))  # layers done together
         low = layer - k + 1
-        x = an.final_norm(resid[low : layer + 1, alive])
-        if an.out_scale != 1.0:
-            x = x * an.out_scale
+        x = _head_input(an, resid[low : layer + 1, alive])
         hit = _hits(an, top, x.reshape(-1, x.shape[-1]), chosen[alive].repeat(k)).view(k, -1)
         keep = torch.ones_like(alive, dtype=torch.bool)
         for j in range(k - 1, -1, -1):
@@ -148,6 +156,11 @@ def strip_scan(an: Anatomy, resid: Tensor, chosen: Tensor) -> list[int | None]:
         alive = alive[keep]
         layer = low - 1
     return [None if int(d) < 0 else int(d) for d in decision]
+
+
+def _head_input(an: Anatomy, resid: Tensor) -> Tensor:
+    x = an.final_norm(resid)
+    return x * an.out_scale if an.out_scale != 1.0 else x
 
 
 def _hits(an: Anatomy, top: TopOne, x: Tensor, c: Tensor) -> Tensor:
