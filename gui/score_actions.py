@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from engine.records import SCORED, Step
 from engine.tree.scored import TextScore
+from gui.inside_actions import JOBS as INSIDE_JOBS
 from gui.widgets.score_view import ScoreView, describe_token, score_steps
 
 MAX_SCORE_FILE_BYTES = 1024 * 1024  # a text file to score; bigger is refused, not truncated
@@ -63,6 +64,9 @@ class ScoreHost(Protocol):
     def choose_token(self, step_index: int, token_id: int) -> None: ...
     def clear_output(self) -> None: ...
     def step_once(self) -> None: ...
+
+    inside: Any  # gui.inside_actions.InsideActions
+
     def after_idle(self, fn: Any) -> None: ...
     def show_error(self, message: str) -> None: ...
     def text_points(self) -> int: ...
@@ -232,7 +236,8 @@ class ScoreActions:
         if box.hint.text() != BRANCH_HINT:
             self._hint = box.hint.text()
             box.hint.setText(BRANCH_HINT)
-        self.w.tabs.setCurrentWidget(self.w.plots.dist_box)
+        if self.w.tabs.currentWidget() is not self.w.inside.view:  # Inside follows the click
+            self.w.tabs.setCurrentWidget(self.w.plots.dist_box)
 
     def apply_look(self) -> None:
         """The window's theme and text size (called by gui.appearance too)."""
@@ -248,7 +253,8 @@ class ScoreActions:
 
     @Slot(bool)
     def _on_busy(self, busy: bool) -> None:
-        if busy and self.w.runner.job_name != "score":  # a run: its output must show
+        quiet = ("score", *INSIDE_JOBS)  # jobs that read the text, not write a run
+        if busy and self.w.runner.job_name not in quiet:  # a run: its output must show
             self.close()
         elif not busy:  # the window has just redrawn the run's step into the plot: ours again
             self._reselect()

@@ -30,6 +30,7 @@ from engine.records import BEAMS, RunSummary, Step
 from engine.validate.served import unknown_ids_notice
 from gui.appearance import Appearance, about_text
 from gui.experiment_actions import ExperimentActions
+from gui.inside_actions import InsideActions
 from gui.lessons import Classroom
 from gui.menus import build_actions
 from gui.model_actions import ModelActions
@@ -92,6 +93,7 @@ class MainWindow(QMainWindow):
         self.lab = ExperimentActions(self, self.runner, self.views, self._request, self.status_text)
         self._wire()
         self.scoring = ScoreActions(self)  # File > Score a text…, the Score view, branch here
+        self.inside = InsideActions(self)  # the Inside tab, the decision layers (issue 33)
         self.appearance.on_look.append(self.scoring.apply_look)
         initial = self.persistence.restore_state()
         if self.settings_store.value("window/splitter") is None:  # first start: share it out

@@ -37,6 +37,7 @@ def score_text(bundle: Any, text: str, prompt: str = "", top_n: int = 5) -> Text
             logits = model(input_ids=enc, attention_mask=torch.ones_like(enc),
                            decoder_input_ids=dec).logits[0, :-1]  # fmt: skip
             context, targets = 0, ids
+            read = tuple(enc[0].tolist())
         else:
             head, ids = context_and_text(tok, text, prompt)
             full = [*head, *ids]
@@ -45,8 +46,9 @@ def score_text(bundle: Any, text: str, prompt: str = "", top_n: int = 5) -> Text
             start = max(len(head), 1)  # the first position predicted from some context
             logits = logits[start - 1 :]
             context, targets = start - len(head), full[start:]
+            read = tuple(full[:start])
     logp = F.log_softmax(logits.float(), dim=-1)
-    out = TextScore(unscored=context)
+    out = TextScore(unscored=context, context_ids=read)
     for i, t in enumerate(targets):
         row = logp[i]
         lp = float(row[t])

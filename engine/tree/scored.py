@@ -25,6 +25,9 @@ class ScoredToken:
 class TextScore:
     tokens: list[ScoredToken] = field(default_factory=list)
     unscored: int = 0  # leading tokens with no context
+    # what the model read before the first scored token: the decoder's context (the prompt's
+    # ids, or the start token) or an encoder-decoder's encoder input; Inside the step reads it
+    context_ids: tuple[int, ...] = ()
 
     @property
     def total_logprob(self) -> float:

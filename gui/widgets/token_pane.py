@@ -15,6 +15,25 @@ from gui.theme import LIGHT, Theme, bucket_of, mix
 
 COLOR_BY_RANK = "rank"
 COLOR_BY_PROB = "probability"
+COLOR_BY_DECISION = "decision"  # the layer from which the token is the logit lens's top-1
+
+
+# Decided early -> late: pale yellow, bluish green, blue (Okabe-Ito hues, light enough for the
+# text on them); never the top-1: grey, a colour the ramp does not pass through.
+DECISION_RAMP = {
+    "light": ("#fff0a8", "#a9dfc6", "#86bde8"),
+    "dark": ("#6b6114", "#1f6650", "#1d5a8f"),
+}
+NEVER_TOP1 = {"light": "#d6d6dc", "dark": "#4a4a52"}
+
+
+def decision_color(theme: Theme, layer: int | None, layers: int) -> QColor:
+    """The colour of a token decided at ``layer`` of ``layers`` (None: never the top-1)."""
+    if layer is None:
+        return QColor(NEVER_TOP1.get(theme.name, NEVER_TOP1["light"]))
+    early, middle, late = DECISION_RAMP.get(theme.name, DECISION_RAMP["light"])
+    t = layer / max(1, layers)
+    return mix(early, middle, 2 * t) if t <= 0.5 else mix(middle, late, 2 * t - 1)
 
 
 def visible_text(text: str) -> str:
@@ -68,6 +87,9 @@ class TokenPane(QTextEdit):
         self._spans: list[tuple[int, int]] = []  # document positions of each shown step's text
         self.selected: int | None = None
         self.show_special = True
+        # the run's decision layers (Colour by decision layer): step index -> layer or None
+        self.decisions: dict[int, int | None] = {}
+        self.layers = 0
         # one format per look (colour, underline, selected...), shared by every span that has
         # it: 80,000 tokens need a few dozen formats, not 80,000 (which made opening slow)
         self._formats: dict[tuple[Any, ...], QTextCharFormat] = {}
@@ -88,6 +110,7 @@ class TokenPane(QTextEdit):
     def clear_tokens(self) -> None:
         self._steps.clear()
         self._spans.clear()
+        self.decisions = {}
         self.selected = None
         self.clear()
 
@@ -98,6 +121,7 @@ class TokenPane(QTextEdit):
         if keep == 0:
             self.clear_tokens()
             return
+        self.decisions = {i: d for i, d in self.decisions.items() if i < keep}
         cursor = QTextCursor(self.document())
         cursor.setPosition(self._spans[keep][0])
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
@@ -190,6 +214,10 @@ class TokenPane(QTextEdit):
             return QColor(self.theme.target)
         if self.mode == COLOR_BY_PROB:
             return mix(self.theme.prob_low, self.theme.prob_high, step.raw_prob)
+        if self.mode == COLOR_BY_DECISION:
+            if step.index not in self.decisions:  # not read yet: plain
+                return QColor(self.theme.base)
+            return decision_color(self.theme, self.decisions[step.index], self.layers)
         return QColor(self.theme.buckets[bucket_of(step.rank)])
 
     def restyle(self) -> None:
@@ -203,6 +231,13 @@ class TokenPane(QTextEdit):
     def set_mode(self, mode: str) -> None:
         self.mode = mode
         self.restyle()
+
+    def set_decisions(self, strip: Any) -> None:
+        """The decision layers of the shown steps (an ``engine.internals`` DecisionStrip)."""
+        self.layers = strip.layers
+        self.decisions = {strip.first + i: d for i, d in enumerate(strip.decision)}
+        if self.mode == COLOR_BY_DECISION:
+            self.restyle()
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -248,7 +283,12 @@ class TokenPane(QTextEdit):
         if event.type() == QEvent.Type.ToolTip:
             index = self.step_at(event.pos())
             if index is not None:
-                QToolTip.showText(event.globalPos(), tooltip_html(self.steps[index]), self)
+                tip = tooltip_html(self.steps[index])
+                if index in self.decisions:
+                    d = self.decisions[index]
+                    tip += ("<br>never the logit lens's top-1" if d is None
+                            else f"<br>decided at layer {d} of {self.layers}")  # fmt: skip
+                QToolTip.showText(event.globalPos(), tip, self)
             else:
                 QToolTip.hideText()
             return True
