@@ -257,5 +257,7 @@ class InsideActions:
             self.view.inputs.progress.setValue(round(1000 * fraction))
 
     def apply_look(self) -> None:
+        presenting = self.w.appearance.presenting
         self.view.set_theme(self.w.theme)
-        self.view.set_font_size(self.w.text_points() - (0 if self.w.appearance.presenting else 1))
+        self.view.set_font_size(self.w.text_points() - (0 if presenting else 1))
+        self.view.set_compact(presenting)

@@ -10,7 +10,7 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QToolTip, QWidget
 
 from engine.internals.records import LensView, LogitAttribution
@@ -67,11 +67,29 @@ class LensGrid(InsidePlot):
         self.plot.invertY(True)
         self.setLabel("bottom", "layer (0 = the embedding, last = the output)")
         self.lens: LensView | None = None
+        self.rows: list[int] = []
         self.scene().sigMouseMoved.connect(self._hover)
 
     def show_lens(self, lens: LensView | None) -> None:
         self.lens = lens
         self.redraw()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        if getattr(self, "rows", None) is not None:  # pyqtgraph resizes before __init__ ends
+            self.redraw()  # as many rows as can be labelled at this height
+
+    def rows_shown(self) -> list[int]:
+        """The candidates' rows that fit one label each: the likeliest, and the chosen one."""
+        assert self.lens is not None
+        font = QFont()
+        font.setPointSize(self.points)
+        room = self.plot.vb.height() or self.height() * 0.75
+        fit = max(3, int(room // (QFontMetrics(font).lineSpacing() * 1.1)))
+        rows = list(range(min(fit, len(self.lens.candidates))))
+        if self.lens.chosen not in rows:
+            rows[-1] = self.lens.chosen
+        return rows
 
     def redraw(self) -> None:
         lens = self.lens
@@ -80,19 +98,21 @@ class LensGrid(InsidePlot):
             self.decision.hide()
             self.row_box.setData([], [])
             return
-        probs = lens.probs  # [layers + 1, n]
+        rows = self.rows_shown()
+        self.rows = rows
+        probs = lens.probs[:, rows]  # [layers + 1, n]
         n = probs.shape[1]
         colors = np.array([QColor(self.theme.plot_bg).getRgb(), QColor(self.theme.accent).getRgb()])
         ramp = pg.ColorMap([0.0, 1.0], colors.astype(np.ubyte))
         self.image.setImage(np.sqrt(probs), levels=(0.0, 1.0), lut=ramp.getLookupTable(nPts=256))
         self.image.setRect(-0.5, -0.5, lens.layers + 1, n)
-        final = zip(lens.candidates, probs[-1], strict=True)
+        final = zip([lens.candidates[r] for r in rows], probs[-1], strict=True)
         labels = [f"{short(t, 10)}  {pct(float(p))}" for (_, t), p in final]
         left = self.plot.getAxis("left")
         left.setTicks(_ticks(labels))
         step = max(1, round((lens.layers + 1) / 12))
         self.plot.getAxis("bottom").setTicks(_ticks([str(i) for i in range(lens.layers + 1)], step))
-        c = lens.chosen
+        c = rows.index(lens.chosen)
         x0, x1 = -0.5, lens.layers + 0.5
         self.row_box.setData([x0, x1, x1, x0, x0], [c - 0.5, c - 0.5, c + 0.5, c + 0.5, c - 0.5],
                              pen=pg.mkPen(self.theme.chosen, width=2))  # fmt: skip
@@ -110,10 +130,11 @@ class LensGrid(InsidePlot):
         if lens is None or not self.plot.sceneBoundingRect().contains(pos):
             return
         point = self.plot.vb.mapSceneToView(pos)
-        layer, row = round(point.x()), round(point.y())
-        if not (0 <= layer <= lens.layers and 0 <= row < len(lens.candidates)):
+        layer, shown = round(point.x()), round(point.y())
+        if not (0 <= layer <= lens.layers and 0 <= shown < len(self.rows)):
             QToolTip.hideText()
             return
+        row = self.rows[shown]
         top = "".join(f"<tr><td><code>{html.escape(repr(t))}</code></td><td align=right>"
                       f"{pct(p)}</td></tr>" for _, t, p in lens.layer_top[layer])  # fmt: skip
         token = html.escape(repr(lens.candidates[row][1]))

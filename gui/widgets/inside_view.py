@@ -10,7 +10,7 @@ from bisect import bisect_right
 
 import numpy as np
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QFontMetrics, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -97,7 +97,8 @@ class ShadedText(QTextEdit):
         for i, (text, w) in enumerate(zip(texts, weights, strict=True)):
             fmt = QTextCharFormat()
             hue = self.theme.kept_bar if (signed and w < 0) else self.theme.accent
-            fmt.setBackground(mix(self.theme.base, hue, abs(float(w)) / top if top else 0.0))
+            shade = 0.7 * abs(float(w)) / top if top else 0.0  # the text stays readable on it
+            fmt.setBackground(mix(self.theme.base, hue, shade))
             fmt.setForeground(QColor(self.theme.text))
             if i % 2:
                 fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
@@ -313,7 +314,8 @@ class InsideView(QWidget):
         self.inside = inside
         lens = inside.lens
         if lens.decision_layer is None:
-            decided = "<b>never the top-1</b> (the sampler picked a lower-ranked token)"
+            first = lens.candidates[0][1]  # the output's top-1
+            decided = f"<b>never the top-1</b> (the model's first choice: {q(first)})"
         else:
             decided = f"decided at <b>layer {lens.decision_layer}</b> of {lens.layers}"
         notes = "".join(f"<br><i>{html.escape(n)}</i>" for n in inside.notes)
@@ -339,3 +341,12 @@ class InsideView(QWidget):
     def set_font_size(self, points: int) -> None:
         for plot in self.plots():
             plot.set_font_size(points)
+        line = QFontMetrics(self.font()).lineSpacing()
+        self.kl.setMinimumHeight(5 * line)
+
+    def set_compact(self, compact: bool) -> None:
+        """The presentation view: the tokens shaded, without the bars (their labels would
+        overlap at 20 pt); hover a token for its value."""
+        for page in (self.attention, self.inputs):
+            page.plot.setVisible(not compact)
+        self.kl.setVisible(not compact)  # the grid needs the rows more than KL its curve
