@@ -9,8 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from family_models import FAMILIES, tiny
-from tiny_models import tiny_t5
 
 from engine.errors import InternalsUnavailable
 from engine.internals import lens as lens_module
@@ -19,6 +17,8 @@ from engine.internals.attribution import attribute_inputs
 from engine.internals.inspect import decision_strip, inspect_step
 from engine.internals.lens import TopOne
 from engine.internals.trace import TokenPath
+from family_models import FAMILIES, tiny
+from tiny_models import tiny_t5
 
 ALL = [*FAMILIES, "t5"]
 
