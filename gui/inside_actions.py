@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QTimer, Slot
 
+from engine.classroom.lesson_reader import INSIDE_PAGES
 from gui.widgets.inside_view import InsideView
 from gui.widgets.token_pane import COLOR_BY_DECISION
 
@@ -36,6 +37,7 @@ class InsideHost(Protocol):
     pane: Any  # the output's TokenPane
     output: Any  # gui.panels.OutputBox
     status_text: Any
+    run_finished: Any  # Signal(RunSummary)
     theme: Any
     appearance: Any
 
@@ -72,13 +74,16 @@ class InsideActions:
         self.results: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.failed: dict[tuple[Any, ...], str] = {}
         self.shown: tuple[Any, ...] | None = None
-        self.strip_key: tuple[Any, ...] | None = None
+        self.strip_key: tuple[Any, ...] | None = None  # the run the strip is (being) read for
+        self.strip: Any = None  # engine.internals.records.DecisionStrip of strip_key
         self.current: Target | None = None
         w.output.color_mode.addItem("Colour by decision layer", COLOR_BY_DECISION)
         self.view.inputs.requested.connect(self.attribute)
         w.plots.tabs.currentChanged.connect(lambda _i: self.sync())
         w.appearance.on_look.append(self.apply_look)
         w.runner.failed.connect(self._job_failed)
+        w.run_finished.connect(self._after_run)
+        self.after_run_step: int | None = None  # a lesson stage's token, shown when its run ends
         w.runner.fraction.connect(self._progress)
         self.timer = QTimer(self.view, interval=POLL_MS, timeout=self.sync)
         self.timer.start()
@@ -194,7 +199,10 @@ class InsideActions:
             return
         tokens = tuple(s.token_id for s in steps)
         key = ("strip", run.prompt, bool(run.chat_template), tokens)
-        if key == self.strip_key or key in self.failed:
+        if key in self.failed or w.pane.decisions and key == self.strip_key:
+            return
+        if self.strip is not None and key == self.strip_key:  # the same run drawn again
+            self._strip_done(self.strip)
             return
         target = Target(key, "", run.prompt, bool(run.chat_template), None, tokens, 0)
 
@@ -204,14 +212,18 @@ class InsideActions:
             return decision_strip(bundle, target.path(bundle))
 
         def done(strip: Any) -> None:
-            w.pane.set_decisions(strip)
-            w.views.update_legend(w.theme)
+            self.strip = strip
+            self._strip_done(strip)
             w.status_text.setText(f"Decision layers of {len(strip.decision)} tokens in "
                                   f"{strip.seconds:.2f} s.")  # fmt: skip
 
-        self.strip_key = key
+        self.strip_key, self.strip = key, None
         self.current = target
         w.runner.job("decision strip", work, done)
+
+    def _strip_done(self, strip: Any) -> None:
+        self.w.pane.set_decisions(strip)
+        self.w.views.update_legend(self.w.theme)
 
     # -- input attribution --------------------------------------------------------------------
 
@@ -255,6 +267,24 @@ class InsideActions:
     def _progress(self, fraction: float) -> None:
         if self.w.runner.job_name == "attribution":
             self.view.inputs.progress.setValue(round(1000 * fraction))
+
+    # -- lessons ------------------------------------------------------------------------------
+
+    def prepare_stage(self, options: dict[str, Any]) -> None:
+        """A lesson stage's Inside options: the page and attention view now, the token when
+        the stage's run ends (engine.classroom.lesson_reader's inside_* options)."""
+        page = options.get("inside_page")
+        if page is not None:
+            self.view.pages.setCurrentIndex(INSIDE_PAGES.index(page))
+        self.view.attention.want(options.get("attention_view"), options.get("attention_layer"),
+                                 options.get("attention_head"))  # fmt: skip
+        self.after_run_step = options.get("inside_step")
+
+    @Slot(object)
+    def _after_run(self, _summary: Any) -> None:
+        step, self.after_run_step = self.after_run_step, None
+        if step is not None and step <= len(self.w.store.steps):
+            self.w.views.select(step - 1)
 
     def apply_look(self) -> None:
         presenting = self.w.appearance.presenting

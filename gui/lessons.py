@@ -29,6 +29,7 @@ from engine.classroom.lessons import (
     FOCUS_BEAM_TREE,
     FOCUS_COMPARE,
     FOCUS_ENTROPY,
+    FOCUS_INSIDE,
     FOCUS_SPEED,
     Lesson,
     LessonError,
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
     from engine.models.loading import ModelBundle
     from engine.tree.model import RunTree
     from gui.experiment_actions import ExperimentActions
-    from gui.panels import PlotArea, PromptBox
+    from gui.inside_actions import InsideActions
+    from gui.panels import OutputBox, PlotArea, PromptBox
     from gui.store import RunStore
     from gui.views import RunView
     from gui.widgets.method_panel import MethodPanel
@@ -70,6 +72,8 @@ class LessonHost(Protocol):
     plots: PlotArea
     status_text: QLabel
     lab: ExperimentActions  # an experiment stage's N or values
+    inside: InsideActions  # an Inside stage's page, view and token
+    output: OutputBox
 
     @property
     def presenting(self) -> bool: ...
@@ -204,7 +208,13 @@ class Classroom:
             w.plots.dist_box.top_n.setValue(min(stage.top_n, cap))
         if stage.method == SPEC_DRAFT and stage.draft_model:
             w.after_idle(lambda: w.load_draft(stage.draft_model))
-        tabs = {FOCUS_BEAM_TREE: w.plots.beam_panel, FOCUS_COMPARE: w.plots.compare_view}
+        tabs = {FOCUS_BEAM_TREE: w.plots.beam_panel, FOCUS_COMPARE: w.plots.compare_view,
+                FOCUS_INSIDE: w.inside.view}  # fmt: skip
+        colour = stage.options.get("colour")
+        if colour is not None:
+            combo = w.output.color_mode
+            combo.setCurrentIndex(max(0, combo.findData(colour)))
+        w.inside.prepare_stage(stage.options)
         w.plots.tabs.setCurrentWidget(tabs.get(stage.focus, w.plots.dist_box))
         if stage.focus in (FOCUS_SPEED, FOCUS_ENTROPY) and not w.presenting:
             w.plots.curves.show()

@@ -36,13 +36,27 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "sweep_values": (),  # and its values, in order (action sweep needs some)
     "tree_file": None,  # action tree: a decoding-lab-tree/1 file, relative to resources/
     "text": None,  # action score: the text the model reads, after the stage's prompt
+    # Inside the step (focus: inside): the token shown after the run (1 = the first new one),
+    # the page, the attention view with its layer and head; the output pane's colours
+    "inside_step": None,
+    "inside_page": None,
+    "attention_view": None,
+    "attention_layer": None,
+    "attention_head": None,
+    "colour": None,
 }
+INSIDE_PAGES = ("lens", "attention", "logit attribution", "inputs")  # the Inside tab's pages
+ATTENTION_VIEWS = ("rollout", "mean", "head")
+COLOURS = ("rank", "probability", "decision")
+_CHOICE_OPTIONS = {"inside_page": INSIDE_PAGES, "attention_view": ATTENTION_VIEWS,
+                   "colour": COLOURS}  # fmt: skip
 MAX_SAMPLES, MAX_SWEEP_VALUES = 100_000, 12
 MAX_SCORE_CHARS = 2000  # action score: a paragraph for a class to read, not a book
 # name -> (minimum, maximum): the maxima are engine.validate.limits', named in the message
 _INT_OPTIONS = {
     "num_beams": (1, MAX_BEAMS), "gamma": (1, MAX_GAMMA), "top_n": (1, MAX_TOP_N),
     "limit": (1, MAX_NEW_TOKENS), "samples": (1, MAX_SAMPLES),
+    "inside_step": (1, MAX_NEW_TOKENS), "attention_layer": (1, 512), "attention_head": (1, 512),
 }  # fmt: skip
 _TEXT_OPTIONS = {"tree_file": MAX_PATH_CHARS, "text": MAX_SCORE_CHARS}  # name -> most chars
 SETTING_NAMES = tuple(f.name for f in fields(SamplerSettings))
@@ -202,6 +216,8 @@ def read_options(reader: Reader, node: yaml.Node, where: str, base: dict[str, An
             value = _sweep_values(reader, value_node, here)
         elif name in ("tree_file", "text"):  # the file itself is read by the stage's check
             value = _bounded_text(reader, value_node, here, _TEXT_OPTIONS[name])
+        elif name in _CHOICE_OPTIONS:
+            value = reader.choice(value_node, here, _CHOICE_OPTIONS[name])
         elif name in _INT_OPTIONS and not (name == "limit" and value is None):
             least, most = _INT_OPTIONS[name]
             if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:

@@ -40,8 +40,9 @@ LESSONS_DIR = RESOURCES_DIR / "lessons"
 
 # Which plot or tab a stage brings to the front.
 FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED = "distribution", "entropy", "speed"
-FOCUS_BEAM_TREE, FOCUS_COMPARE = "beam_tree", "compare"
-FOCUSES = (FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED, FOCUS_BEAM_TREE, FOCUS_COMPARE)
+FOCUS_BEAM_TREE, FOCUS_COMPARE, FOCUS_INSIDE = "beam_tree", "compare", "inside"
+FOCUSES = (FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED, FOCUS_BEAM_TREE, FOCUS_COMPARE,
+           FOCUS_INSIDE)  # fmt: skip
 
 # What the teacher presses once the stage is set up. The experiments (engine.experiments):
 # sample the next step ``samples`` times; run ``sweep_setting`` at each of ``sweep_values``.

@@ -159,14 +159,23 @@ class AttentionPage(QWidget):
         layout.addWidget(self.plot, 3)
         layout.addWidget(self.text, 2)
         self.inside: StepInside | None = None
+        self.wanted: str | None = None  # a lesson's view, chosen when the next step shows
         for signal in (self.view.currentIndexChanged, self.layer.valueChanged,
                        self.head.valueChanged, self.sink.toggled):  # fmt: skip
             signal.connect(self.redraw)
 
+    def want(self, view: str | None, layer: int | None, head: int | None) -> None:
+        """Show this view (and layer, head) from the next step on: a lesson stage's choice."""
+        self.wanted = view
+        for box, value in ((self.layer, layer), (self.head, head)):
+            if value is not None:
+                box.setMaximum(max(box.maximum(), value))
+                box.setValue(value)
+
     def show_inside(self, inside: StepInside) -> None:
         self.inside = inside
         att = inside.attention
-        current = self.view.currentData()
+        current, self.wanted = self.wanted or self.view.currentData(), None
         self.view.blockSignals(True)
         self.view.clear()
         if att is not None:

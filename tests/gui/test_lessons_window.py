@@ -7,6 +7,7 @@ from engine.classroom.lessons import (
     ACTION_TREE,
     FOCUS_BEAM_TREE,
     FOCUS_COMPARE,
+    FOCUS_INSIDE,
     bundled_lessons,
 )
 
@@ -32,6 +33,7 @@ def test_every_shipped_lesson_stage_sets_the_window_up(qtbot, window, monkeypatc
             expected = {
                 FOCUS_BEAM_TREE: window.plots.beam_panel,
                 FOCUS_COMPARE: window.compare_view,
+                FOCUS_INSIDE: window.inside.view,
             }
             if stage.action in (ACTION_TREE, ACTION_SCORE):
                 continue  # the tree or score view may bring its own tab to the front
