@@ -236,7 +236,10 @@ class Persistence:
                 tmp.replace(path)
             else:
                 model = h.bundle.name if h.bundle else ""
-                write_atomic(path, h.store.export(kind, model, h.sampler.settings().to_dict()))
+                pane = h.output.pane  # the decision layers, where they were read
+                decided = (pane.layers, pane.decisions) if pane.decisions else None
+                text = h.store.export(kind, model, h.sampler.settings().to_dict(), decided)
+                write_atomic(path, text)
         except (OSError, ValueError) as exc:  # a full disk, a value a format cannot hold
             h.show_error(f"Could not export to {path}:\n{exc}")
             return False

@@ -264,7 +264,10 @@ class RunStore:
 
     # -- files -------------------------------------------------------------------------------
 
-    def export(self, kind: str, model: str, settings: dict[str, Any]) -> str:
+    def export(self, kind: str, model: str, settings: dict[str, Any],
+               decisions: tuple[int, dict[int, int | None]] | None = None) -> str:  # fmt: skip
+        """The run as ``kind``; the web page with the decision layers where they were read
+        (``decisions``: the model's layers and step index -> layer)."""
         prompt = self.run.prompt if self.run else ""
         tree = self.tree if self.tree is not None and len(self.tree.nodes) > 1 else None
         if kind == "json":
@@ -277,7 +280,9 @@ class RunStore:
             from engine.classroom.share import run_to_html
 
             method = self.run.method if self.run else ""
-            return run_to_html(prompt, model, settings, self.steps, method=method, tree=tree)
+            layers, decided = decisions or (0, {})
+            return run_to_html(prompt, model, settings, self.steps, method=method, tree=tree,
+                               decisions=decided, layers=layers)  # fmt: skip
         raise ValueError(f"unknown export format {kind!r}")
 
     def autosave_text(self, head: dict[str, Any]) -> str:

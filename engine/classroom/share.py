@@ -119,6 +119,18 @@ pre.prompt { white-space: pre-wrap; background: #f4f4f7; padding: .6rem .8rem; m
 #chart rect.after { fill: #35b779; } #chart rect.raw.chosen { fill: #e4572e; }
 footer { margin-top: 2rem; color: var(--muted); font-size: .8rem; }
 """
+# Decision layers (issue 33): early pale yellow -> bluish green -> blue at the last layer (the
+# window's ramp), never the top choice grey; ten bands of layer / layers.
+DECISION_BANDS = (
+    "#fff0a8", "#e9efad", "#d3edb3", "#bde8b9", "#a9dfc6",
+    "#a0d8cc", "#98d0d3", "#90c8da", "#88c1e1", "#86bde8",
+)  # fmt: skip
+_DECISION_STYLE = "".join(f".d{k} {{ background: {c}; }} " for k, c in enumerate(DECISION_BANDS))
+_DECISION_STYLE = f"""
+#decided {{ white-space: pre-wrap; font: 1.05rem/1.9 ui-monospace, monospace;
+  border: 1px solid var(--line); border-radius: 4px; padding: .6rem .8rem; }}
+{_DECISION_STYLE}.dn {{ background: #d6d6dc; }}
+"""
 
 _SCRIPT = """
 (function () {
@@ -149,6 +161,10 @@ _SCRIPT = """
     head.className = "tip-head";
     head.textContent = "Step " + (step.index + 1) + ": " + show(step.token) + "  " +
       pct(step.raw_prob) + ", rank " + step.rank;
+    if (step.decision_layer !== undefined) {
+      head.textContent += step.decision_layer === null ? " \u00b7 never the top choice"
+        : " \u00b7 decided at layer " + step.decision_layer + " of " + run.layers;
+    }
     tip.appendChild(head);
     var table = document.createElement("table");
     var tr = document.createElement("tr"); tr.className = "head";
@@ -285,6 +301,37 @@ def _spans(steps: Sequence[Step]) -> str:
     )
 
 
+def _decision_band(layer: int | None, layers: int) -> str:
+    if layer is None:
+        return "dn"
+    return f"d{min(9, int(10 * layer / max(1, layers)))}"
+
+
+def _decision_section(steps: Sequence[Step], decided: Mapping[int, int | None],
+                      layers: int) -> str:  # fmt: skip
+    """The output again, each token shaded by its decision layer, the layer in its title."""
+    spans = []
+    for i, s in enumerate(steps):
+        if i in decided:
+            d = decided[i]
+            tip = "never the top choice" if d is None else f"decided at layer {d} of {layers}"
+            cls = _decision_band(d, layers)
+        else:
+            tip, cls = "not read", ""
+        spans.append(f'<span class="tok {cls}" title="{html.escape(tip)}">'
+                     f"{html.escape(s.text or s.token_str)}</span>")  # fmt: skip
+    chips = "".join(f'<span class="chip d{k}">{round(k * layers / 9)}</span>'
+                    for k in range(0, 10, 3))  # fmt: skip
+    return (
+        '<h2>Where each token was decided</h2>\n<p class="meta">Each token shaded by its '
+        f"decision layer: the first of the model's {layers} layers from which it is the logit "
+        "lens's top choice and stays so (pale: early; blue: the last layer; grey: never the top "
+        'choice). Hover a token for its layer.</p>\n<div class="legend"><span class="label">'
+        f'decided at layer:</span>{chips}<span class="chip dn">never</span></div>\n'
+        f'<div id="decided">{"".join(spans)}</div>\n'
+    )
+
+
 def _settings_rows(settings: dict[str, Any]) -> str:
     e = html.escape
     return "".join(
@@ -317,19 +364,30 @@ def run_to_html(
     title: str = "Decoding Lab run",
     top_n: int = DEFAULT_TOP_N,
     tree: RunTree | None = None,
+    decisions: Mapping[int, int | None] | None = None,
+    layers: int = 0,
 ) -> str:
     """The run as one self-contained HTML page (the same inputs as ``engine.classroom.export``'s
     ``run_to_json``, plus the method). ``settings``: a dict or a ``SamplerSettings``. With a
     ``tree`` the page also shows every branch as a collapsible tree (engine.classroom.share_tree);
-    without one it is the page it always was."""
+    without one it is the page it always was. With ``decisions`` (step index -> decision layer
+    of ``layers``, engine.internals) the output is shown again shaded by decision layer."""
     e = html.escape  # quote=True: safe in text and in attribute values
     settings = _settings_dict(settings)
     data = _page_data(prompt, model, method, settings, steps, top_n)
+    decided = ""
+    if decisions:
+        data["layers"] = layers
+        for i, row in enumerate(data["steps"]):
+            if i in decisions:
+                row["decision_layer"] = decisions[i]
+        decided = _decision_section(steps, decisions, layers)
     spans, legend, rows = _spans(steps), _LEGEND, _settings_rows(settings)
     method_html = f' · Method: <b id="method">{e(RUN_METHODS.get(method, method))}</b>'
     method_html = method_html if method else ""
     text = "".join(s.text for s in steps)
-    style = _STYLE + TREE_STYLE if tree is not None else _STYLE
+    style = _STYLE + (TREE_STYLE if tree is not None else "")
+    style += _DECISION_STYLE if decisions else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -350,7 +408,7 @@ def run_to_html(
 {legend}</div>
 <div id="text" aria-label="generated text: hover a token, click it">{spans}</div>
 <noscript><p>Turn on JavaScript to see each token's alternatives.</p></noscript>
-<h2>Distribution at a step</h2>
+{decided}<h2>Distribution at a step</h2>
 <p id="chart-title">Click a token.</p>
 <svg id="chart" xmlns="http://www.w3.org/2000/svg" width="640" height="24"></svg>
 {_tree_section(tree)}<h2>Settings</h2>

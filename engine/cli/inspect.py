@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attribution-steps", type=bounded_int(64, 2048), default=None,
                    help="their step budget (default 256)")  # fmt: skip
     p.add_argument("--json", default=None, metavar="OUT", help="write the result here")
+    p.add_argument("--html", default=None, metavar="OUT",
+                   help="also the run as a web page, with its decision layers")  # fmt: skip
     p.set_defaults(func=run_inspect)
 
 
@@ -48,25 +51,27 @@ def _target(path: str | None) -> Path | None:
     return out
 
 
-def _tokens(args: argparse.Namespace, bundle: Any) -> tuple[list[int], list[int], str]:
-    """(context ids, token ids, how they were made): the prompt and a text read as it is, or
-    the prompt and a run generated with the sampler options."""
+def _tokens(args: argparse.Namespace, bundle: Any) -> tuple[list[int], list[Any], str]:
+    """(context ids, Step records, how they were made): a text scored after the prompt (the
+    ids `score` reads), or a run generated from the prompt with the sampler options."""
     from engine import GenerationSession
     from engine.cli.common import settings_from
-    from engine.records import Step
-    from engine.tree.scored import context_and_text, text_ids
+    from engine.records import SCORED, Candidate, Step
+    from engine.tree.score import score_text
 
-    prompt = args.prompt or bundle.extra.get("example_prompt", "Once upon a time")
-    template = False if args.no_chat_template or args.text is not None else None
     if args.text is not None:
-        if bundle.is_encoder_decoder:
-            return bundle.encode_prompt(prompt), text_ids(bundle.tokenizer, args.text), "text"
-        head, ids = context_and_text(bundle.tokenizer, args.text, args.prompt or "")
-        return head, ids, "text"
-    ids = bundle.encode_prompt(prompt, use_chat_template=template)
-    session = GenerationSession.over(bundle, ids, settings_from(args), top_n=1)
-    tokens = [r.token_id for r in session.stream() if isinstance(r, Step)]
-    return ids, tokens, "generated"
+        score = score_text(bundle, args.text, prompt=args.prompt or "", top_n=20)
+        steps = [Step(index=i, token_id=t.token_id, text=t.text, token_str=t.text,
+                      raw_prob=math.exp(t.logprob), prob=math.exp(t.logprob), rank=t.rank,
+                      candidates=tuple(Candidate(c, s, p, p) for c, s, p in t.top),
+                      survivors=len(t.top), entropy_raw=t.entropy, entropy=t.entropy,
+                      step_time=0.0, tokens_per_s=0.0, source=SCORED)
+                 for i, t in enumerate(score.tokens)]  # fmt: skip
+        return list(score.context_ids), steps, "text"
+    prompt = args.prompt or bundle.extra.get("example_prompt", "Once upon a time")
+    ids = bundle.encode_prompt(prompt, use_chat_template=False if args.no_chat_template else None)
+    session = GenerationSession.over(bundle, ids, settings_from(args), top_n=20)
+    return ids, [r for r in session.stream() if isinstance(r, Step)], "generated"
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -83,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     from engine.internals.inspect import decision_strip, inspect_step, path_for
     from engine.models.catalog import open_model
 
-    out = _target(args.json)
+    out, page = _target(args.json), _target(args.html)
     if args.attribution and not args.step:
         raise ValueError("--attribution needs --step K (each attribution takes seconds)")
     if args.step and len(args.step) > MAX_LISTED_STEPS:
@@ -92,7 +97,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--attribution takes at most {MAX_ATTRIBUTED} steps at a time")
     bundle = open_model(args.model, device=args.device, dtype=args.dtype,
                         progress=lambda m: print(f"[{m}]", file=sys.stderr))  # fmt: skip
-    context, tokens, made = _tokens(args, bundle)
+    context, records, made = _tokens(args, bundle)
+    tokens = [s.token_id for s in records]
     path = path_for(bundle, context, tokens)
     steps = [k - 1 for k in args.step] if args.step else list(range(len(tokens)))
     missing = [k + 1 for k in steps if k >= len(tokens)]
@@ -118,7 +124,18 @@ def _run(args: argparse.Namespace) -> int:
         _print(inside)
     if out is not None:
         out.write_text(json.dumps(data, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    if page is not None:
+        _page(page, bundle, context, records, strip)
     return 0
+
+
+def _page(out: Path, bundle: Any, context: list[int], steps: list[Any], strip: Any) -> None:
+    """The shareable page (engine.classroom.share) of the path, with its decision layers."""
+    from engine.classroom.share import write_run_html
+
+    decided = {strip.first + i: d for i, d in enumerate(strip.decision)}
+    prompt = bundle.decode(context, skip_special_tokens=False)
+    write_run_html(out, prompt, bundle.name, {}, steps, decisions=decided, layers=strip.layers)
 
 
 def _attribution(args: argparse.Namespace, bundle: Any, path: Any, k: int) -> dict[str, Any]:
@@ -146,6 +163,6 @@ def _print(inside: Any) -> None:
     if dla is not None:
         parts = dla.blocks
         layer, sub = divmod(int(abs(parts).argmax()), parts.shape[1])
-        line += (f"  vs {visible(dla.rival[1])!r}: {dla.total:+.2f}, most from layer {layer + 1}"
+        line += (f"  vs {visible(dla.rival[1])!r}: {dla.total:+.2f}, largest: layer {layer + 1}"
                  f"'s {dla.sublayers[sub]} ({parts[layer, sub]:+.2f})")  # fmt: skip
     print(line)
