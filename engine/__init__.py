@@ -8,6 +8,8 @@ The parts, one folder each::
     decode/      decoding methods: sessions that turn logits into Step records
     tree/        the multiverse: every branch as a RunTree, expansion by probability, scoring
     experiments/ sample one step N times, sweeps, two models in lockstep
+    internals/   inside a step: logit lens and decision layers, attention, logit attribution,
+                 integrated gradients (issue 33), from one hooked forward pass
     serve/       served models (vLLM & co.) as sessions
     classroom/   lessons, guess rounds, exports and the shared web page
     drivers/     the window's actions, method comparison, the seed API, the benchmark
