@@ -332,6 +332,16 @@ def _decision_section(steps: Sequence[Step], decided: Mapping[int, int | None],
     )
 
 
+def _with_decisions(data: dict[str, Any], steps: Sequence[Step],
+                    decisions: Mapping[int, int | None], layers: int) -> str:  # fmt: skip
+    """Each step's decision layer into the page's data (the tooltip reads it); the section."""
+    data["layers"] = layers
+    for i, row in enumerate(data["steps"]):
+        if i in decisions:
+            row["decision_layer"] = decisions[i]
+    return _decision_section(steps, decisions, layers)
+
+
 def _settings_rows(settings: dict[str, Any]) -> str:
     e = html.escape
     return "".join(
@@ -375,13 +385,7 @@ def run_to_html(
     e = html.escape  # quote=True: safe in text and in attribute values
     settings = _settings_dict(settings)
     data = _page_data(prompt, model, method, settings, steps, top_n)
-    decided = ""
-    if decisions:
-        data["layers"] = layers
-        for i, row in enumerate(data["steps"]):
-            if i in decisions:
-                row["decision_layer"] = decisions[i]
-        decided = _decision_section(steps, decisions, layers)
+    decided = _with_decisions(data, steps, decisions, layers) if decisions else ""
     spans, legend, rows = _spans(steps), _LEGEND, _settings_rows(settings)
     method_html = f' · Method: <b id="method">{e(RUN_METHODS.get(method, method))}</b>'
     method_html = method_html if method else ""
