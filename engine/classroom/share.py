@@ -377,14 +377,11 @@ def run_to_html(
     decisions: Mapping[int, int | None] | None = None,
     layers: int = 0,
 ) -> str:
-    """The run as one self-contained HTML page (the same inputs as ``engine.classroom.export``'s
-    ``run_to_json``, plus the method). ``settings``: a dict or a ``SamplerSettings``. With a
-    ``tree`` the page also shows every branch as a collapsible tree (engine.classroom.share_tree);
-    without one it is the page it always was. With ``decisions`` (step index -> decision layer
-    of ``layers``, engine.internals) the output is shown again shaded by decision layer."""
+    """The run as one HTML page (``run_to_json``'s inputs and the method; ``settings`` a dict or
+    ``SamplerSettings``); with a ``tree`` every branch too (share_tree), with ``decisions``
+    (step index -> decision layer of ``layers``) the output shaded by decision layer."""
     e = html.escape  # quote=True: safe in text and in attribute values
-    settings = _settings_dict(settings)
-    data = _page_data(prompt, model, method, settings, steps, top_n)
+    data = _page_data(prompt, model, method, settings := _settings_dict(settings), steps, top_n)
     decided = _with_decisions(data, steps, decisions, layers) if decisions else ""
     spans, legend, rows = _spans(steps), _LEGEND, _settings_rows(settings)
     method_html = f' · Method: <b id="method">{e(RUN_METHODS.get(method, method))}</b>'
