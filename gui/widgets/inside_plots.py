@@ -43,7 +43,11 @@ class InsidePlot(pg.PlotWidget):
 
     def set_font_size(self, points: int) -> None:
         self.points = points
-        tick_font(self, points)
+        font = tick_font(self, points)
+        for name in ("left", "bottom"):
+            self.plot.getAxis(name).label.setFont(font)
+        if self.plot.legend is not None:
+            self.plot.legend.setLabelTextSize(f"{points}pt")
         self.redraw()
 
     def redraw(self) -> None:  # drawn again in the new look
@@ -65,7 +69,7 @@ class LensGrid(InsidePlot):
         self.row_box = pg.PlotDataItem()
         self.addItem(self.row_box)
         self.plot.invertY(True)
-        self.setLabel("bottom", "layer (0 = the embedding, last = the output)")
+        self.setLabel("bottom", "layer (0: the embedding)")
         self.lens: LensView | None = None
         self.rows: list[int] = []
         self.scene().sigMouseMoved.connect(self._hover)
@@ -192,6 +196,7 @@ class DlaPlot(InsidePlot):
             self.removeItem(item)
         self.bars.clear()
         self.legend.clear()
+        self.legend.setLabelTextColor(self.theme.text)
         self.zero.setPen(pg.mkPen(self.theme.muted))
         dla = self.dla
         if dla is None:

@@ -220,7 +220,9 @@ class AttentionPage(QWidget):
             rest = weights[1:].sum()
             weights = np.concatenate([[0.0], weights[1:] / rest if rest > 0 else weights[1:]])
             what += f"; the first token ({pct(first)}) left out, the rest scaled to 100%"
-        self.note.setText(f"Attention from {q(inside.token[1])}'s position: {html.escape(what)}.")
+        where = q(att.sources[-1][1]) if att.sources else "?"
+        self.note.setText(f"From the position of {where} (it wrote {q(inside.token[1])}): "
+                          f"{html.escape(what)}.")  # fmt: skip
         self.plot.show_values(texts, np.asarray(weights), "share")
         self.text.show_tokens(texts, np.asarray(weights), False)
 
@@ -266,13 +268,13 @@ class InputsPage(QWidget):
         diff = ig.value - ig.baseline_value
         good = "" if ig.relative_delta < 0.05 else " <b>(over 5%: the scores are approximate)</b>"
         self.note.setText(
-            f"How much each token pushed {q(ig.token[1])}'s log-probability, from a neutral input "
-            f"(the first token kept) to this one. Top: {top}<br>Completeness check: the scores "
-            f"sum to {ig.scores.sum():+.3f}; log p went {ig.baseline_value:.2f} → {ig.value:.2f} "
-            f"({diff:+.3f}); delta {ig.delta:+.3f} = {ig.relative_delta:.1%} after "
-            f"{ig.n_steps} steps, {ig.seconds:.1f} s.{good}"
+            f"What pushed the log-probability of {q(ig.token[1])} (from a neutral input, the "
+            f"first token kept): {top}<br>Completeness check: the scores sum to "
+            f"{ig.scores.sum():+.3f}, log p went {ig.baseline_value:.2f} → {ig.value:.2f} "
+            f"({diff:+.3f}): delta {ig.relative_delta:.1%}, {ig.n_steps} steps, "
+            f"{ig.seconds:.1f} s.{good}"
         )
-        self.plot.show_values(texts, ig.scores, "push (log-prob)", signed=True)
+        self.plot.show_values(texts, ig.scores, "push", signed=True)
         self.text.show_tokens(texts, ig.scores, True)
 
 
