@@ -20,7 +20,7 @@ from engine.internals.trace import TokenPath
 from family_models import FAMILIES, tiny
 from tiny_models import tiny_t5
 
-ALL = [*FAMILIES, "t5"]
+ALL = [*FAMILIES, "t5", "t5-bundled"]
 
 
 class Bundle:
@@ -36,11 +36,14 @@ class Bundle:
 
 
 def model_and_path(family: str, seed: int = 0) -> tuple[torch.nn.Module, TokenPath]:
-    """A tiny model and a greedy path of 12 tokens after a 5-token context."""
-    model = tiny_t5(seed) if family == "t5" else tiny(family, seed)
+    """A tiny model and a greedy path of 12 tokens after a 5-token context (the bundled tiny T5:
+    its own example input)."""
+    if family == "t5-bundled":
+        return trained_t5()
+    model = tiny_t5(seed) if family.startswith("t5") else tiny(family, seed)
     context = (2, 17, 99, 250, 31)
     with torch.no_grad():
-        if family == "t5":
+        if family.startswith("t5"):
             out = model.generate(torch.tensor([(*context, 1)]), max_new_tokens=12,
                                  min_new_tokens=12, do_sample=False)  # fmt: skip
             return model, TokenPath((*context, 1), tuple(out[0, 1:].tolist()), start=0)
@@ -72,8 +75,9 @@ def head_by_hand(model: torch.nn.Module, family: str, h: torch.Tensor) -> torch.
     """Each family's output head written out: final norm, scale, unembedding, soft-cap."""
     if family == "gpt2":
         return model.lm_head(model.transformer.ln_f(h))
-    if family == "t5":
-        return model.lm_head(model.decoder.final_layer_norm(h) * model.config.d_model**-0.5)
+    if family.startswith("t5"):  # the bundled T5 does not scale (scale_decoder_outputs false)
+        scale = model.config.d_model**-0.5 if model.config.scale_decoder_outputs else 1.0
+        return model.lm_head(model.decoder.final_layer_norm(h) * scale)
     logits = model.lm_head(model.model.norm(h))
     cap = getattr(model.config, "final_logit_softcapping", None)
     return torch.tanh(logits / cap) * cap if cap else logits
@@ -119,7 +123,7 @@ def test_attention_equals_eager_output_attentions_and_rollout_a_matrix_product(
     assert att.rollout is not None
     np.testing.assert_allclose(att.rollout, product[q, : q + 1], atol=1e-5)
     assert att.rollout.sum() == pytest.approx(1.0, abs=1e-5)
-    if family == "t5":
+    if family.startswith("t5"):
         cross = reference(model, path, eager=True)[0].cross_attentions
         for layer, weights in enumerate(cross):
             np.testing.assert_allclose(att.cross[layer], weights[0, :, q].numpy(), atol=1e-5)
@@ -226,17 +230,17 @@ def trained_t5() -> tuple[torch.nn.Module, TokenPath]:
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "t5"])
 def test_integrated_gradients_pass_captums_completeness_check(family: str) -> None:
-    model, path = trained_t5() if family == "t5" else model_and_path(family)
+    model, path = trained_t5() if family.startswith("t5") else model_and_path(family)
     ig = attribute_inputs(Bundle(model), path, 6)
     q = path.query(6)
-    assert len(ig.sources) == q + 1 + (len(path.context) if family == "t5" else 0)
+    assert len(ig.sources) == q + 1 + (len(path.context) if family.startswith("t5") else 0)
     # Captum's delta is the scores' sum against f(input) - f(baseline), which the result holds
     assert float(ig.scores.sum()) - (ig.value - ig.baseline_value) == pytest.approx(
         ig.delta, abs=1e-3
     )
     assert ig.relative_delta < 0.05, ig
     with torch.no_grad():
-        if family == "t5":
+        if family.startswith("t5"):
             out = model(input_ids=torch.tensor([path.context]),
                         decoder_input_ids=torch.tensor([path.ids]))  # fmt: skip
         else:
