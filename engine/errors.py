@@ -34,3 +34,8 @@ class TokenizerMismatchError(ValueError):
 class InternalsUnavailable(ValueError):
     """Inside the step cannot read this model or this step (a served model, an architecture it
     does not know, a token with no context); the message says which."""
+
+
+class GrammarStop(RuntimeError):
+    """The grammar cannot go on (no token it allows is left, its matcher failed, or a chosen
+    token broke it): the run stops here with what it made, never continuing unconstrained."""

@@ -151,16 +151,31 @@ class RunSummary:
     tokens: int
     seconds: float
     tokens_per_s: float
-    stop_reason: str  # "eos", "max_new_tokens", "context", "stopped"
+    stop_reason: str  # "eos", "max_new_tokens", "context", "stopped", "grammar"
     text: str = ""
     token_ids: tuple[int, ...] = field(default_factory=tuple)
     first_token_s: float | None = None  # the prompt's forward pass and the first token
     prompt_tokens: int = 0  # tokens read before the first new one (0: none this time)
+    note: str = ""  # why the run stopped, in words, when a reason needs them (the grammar's)
+    # a grammar was set and the output stops before it is complete (cut by the budget, Stop)
+    incomplete: bool = False
 
     @property
     def finished(self) -> bool:
-        """The run cannot simply continue: it ended its answer or filled the context."""
-        return self.stop_reason in ("eos", "context")
+        """The run cannot simply continue: it ended its answer, filled the context, or its
+        grammar cannot go on."""
+        return self.stop_reason in ("eos", "context", GRAMMAR_STOP)
+
+    @property
+    def ending(self) -> str:
+        """The grammar's word on the output, for a summary line ("" when it has none)."""
+        if self.stop_reason == GRAMMAR_STOP:
+            return f"stopped by the grammar: {self.note}"
+        return INCOMPLETE if self.incomplete else ""
+
+
+GRAMMAR_STOP = "grammar"  # a stop reason: the grammar could not go on (RunSummary.note says why)
+INCOMPLETE = "incomplete: the output stops before its grammar is complete"
 
 
 @dataclass(frozen=True)

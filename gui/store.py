@@ -270,19 +270,20 @@ class RunStore:
         (``decisions``: the model's layers and step index -> layer)."""
         prompt = self.run.prompt if self.run else ""
         tree = self.tree if self.tree is not None and len(self.tree.nodes) > 1 else None
+        ending = self.summary.ending if self.summary is not None else ""  # the grammar's word
         if kind == "json":
-            return run_to_json(prompt, model, settings, self.steps, tree)
+            return run_to_json(prompt, model, settings, self.steps, tree, ending)
         if kind == "csv":
             return run_to_csv(self.steps)
         if kind == "md":
-            return run_to_markdown(prompt, model, settings, self.steps)
+            return run_to_markdown(prompt, model, settings, self.steps, ending)
         if kind == "html":
             from engine.classroom.share import run_to_html
 
             method = self.run.method if self.run else ""
             layers, decided = decisions or (0, {})
             return run_to_html(prompt, model, settings, self.steps, method=method, tree=tree,
-                               decisions=decided, layers=layers)  # fmt: skip
+                               decisions=decided, layers=layers, ending=ending)  # fmt: skip
         raise ValueError(f"unknown export format {kind!r}")
 
     def autosave_text(self, head: dict[str, Any]) -> str:

@@ -53,6 +53,7 @@ STOP_REASONS = {
     "max_new_tokens": "reached the token limit (Continue for more)",
     "context": "the model's context is full",
     "stopped": "stopped",
+    "grammar": "stopped by the grammar",
 }
 
 
@@ -330,7 +331,7 @@ class MainWindow(QMainWindow):
         if name == "resume":
             self.store.restored = False  # the engine holds this run now
         if name in RUN_JOBS and summary is not None:
-            why = STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
+            why = summary.ending or STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
             notice = unknown_ids_notice(self.bundle)  # served ids the tokenizer lacks
             self.status_text.setText(f"Done: {summary.tokens} tokens; {why}.{notice}")
             self.run_finished.emit(summary)

@@ -97,11 +97,12 @@ def step_to_dict(step: Step) -> dict[str, Any]:
 
 def run_to_dict(
     prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step],
-    tree: RunTree | None = None,
+    tree: RunTree | None = None, ending: str = "",
 ) -> dict[str, Any]:  # fmt: skip
     """The run; with ``tree``, also every branch under ``"tree"`` (``decoding-lab-tree/1``, as
     ``RunTree.to_json`` writes it and ``RunTree.from_json`` reads it back). Without a tree the
-    file is what it always was."""
+    file is what it always was. ``ending``: the grammar's word on the output
+    (``RunSummary.ending``: incomplete, or why the grammar stopped it), under ``"ending"``."""
     out = {
         "format": "decoding-lab-run/1",
         "prompt": prompt,
@@ -112,13 +113,15 @@ def run_to_dict(
     }
     if tree is not None:
         out["tree"] = tree.to_json()
+    if ending:
+        out["ending"] = ending
     return out
 
 
 def run_to_json(prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step],
-                tree: RunTree | None = None) -> str:  # fmt: skip
+                tree: RunTree | None = None, ending: str = "") -> str:  # fmt: skip
     """``run_to_dict`` as JSON text (File > Export passes the run store's tree)."""
-    data = run_to_dict(prompt, model, settings, steps, tree)
+    data = run_to_dict(prompt, model, settings, steps, tree, ending)
     return json.dumps(data, indent=1, ensure_ascii=False)
 
 
@@ -148,14 +151,15 @@ def run_to_csv(steps: Sequence[Step]) -> str:
 
 
 def run_to_markdown(
-    prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step]
+    prompt: str, model: str, settings: dict[str, Any], steps: Sequence[Step], ending: str = ""
 ) -> str:
     changed = markdown_text(", ".join(f"{k}={v}" for k, v in settings.items()))
     text = markdown_text("".join(s.text for s in steps))
     model, prompt = markdown_text(model), markdown_text(prompt)
+    note = f"\n\n**Note:** {markdown_text(ending)}" if ending else ""
     return (
         f"# Decoding Lab run\n\n**Model:** {model}  \n**Settings:** {changed}\n\n"
-        f"## Prompt\n\n{prompt}\n\n## Output ({len(steps)} tokens)\n\n{text}\n"
+        f"## Prompt\n\n{prompt}\n\n## Output ({len(steps)} tokens)\n\n{text}{note}\n"
     )
 
 

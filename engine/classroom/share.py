@@ -364,6 +364,19 @@ def _page_data(prompt: str, model: str, method: str, settings: dict[str, Any],
     }
 
 
+def _meta(model: str, method: str, tokens: int, ending: str) -> str:
+    """The line under the title: the model, the method, the length and, when the grammar has
+    a word on the output (stopped, incomplete), that word."""
+    e = html.escape
+    out = f'Model: <b id="model">{e(model)}</b>'
+    if method:
+        out += f' · Method: <b id="method">{e(RUN_METHODS.get(method, method))}</b>'
+    out += f" · {tokens} tokens"
+    if ending:
+        out += f' · <b id="ending">{e(ending)}</b>'
+    return f'<p class="meta">{out}</p>'
+
+
 def run_to_html(
     prompt: str,
     model: str,
@@ -376,6 +389,7 @@ def run_to_html(
     tree: RunTree | None = None,
     decisions: Mapping[int, int | None] | None = None,
     layers: int = 0,
+    ending: str = "",
 ) -> str:
     """The run as one HTML page (``run_to_json``'s inputs and the method; ``settings`` a dict or
     ``SamplerSettings``); with a ``tree`` every branch too (share_tree), with ``decisions``
@@ -384,8 +398,6 @@ def run_to_html(
     data = _page_data(prompt, model, method, settings := _settings_dict(settings), steps, top_n)
     decided = _with_decisions(data, steps, decisions, layers) if decisions else ""
     spans, legend, rows = _spans(steps), _LEGEND, _settings_rows(settings)
-    method_html = f' · Method: <b id="method">{e(RUN_METHODS.get(method, method))}</b>'
-    method_html = method_html if method else ""
     text = "".join(s.text for s in steps)
     style = _STYLE + (TREE_STYLE if tree is not None else "")
     style += _DECISION_STYLE if decisions else ""
@@ -401,7 +413,7 @@ def run_to_html(
 </head>
 <body>
 <h1>{e(title)}</h1>
-<p class="meta">Model: <b id="model">{e(model)}</b>{method_html} · {len(steps)} tokens</p>
+{_meta(model, method, len(steps), ending)}
 <h2>Prompt</h2>
 <pre class="prompt" id="prompt">{e(prompt)}</pre>
 <h2>Output</h2>

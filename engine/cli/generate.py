@@ -16,7 +16,7 @@ from engine.cli.common import (
     settings_from,
     visible,
 )
-from engine.records import BEAMS, CONTRASTIVE, SAMPLING
+from engine.records import BEAMS, CONTRASTIVE, GRAMMAR_STOP, INCOMPLETE, SAMPLING, RunSummary
 from engine.validate.limits import MAX_BEAMS, MAX_NEW_TOKENS, MAX_TOP_N
 
 if TYPE_CHECKING:  # imported when a command runs: torch loads only then
@@ -157,13 +157,24 @@ def run_local(args: argparse.Namespace) -> int:
     s = session.summary()
     print(
         f"\n[{s.tokens} tokens in {s.seconds:.2f}s = {s.tokens_per_s:.1f} tokens/s; "
-        f"stop: {s.stop_reason}]",
+        f"stop: {s.stop_reason}{'; ' + INCOMPLETE if s.incomplete else ''}]",
         file=sys.stderr,
     )
+    code = grammar_exit(s)
     if args.html:
         steps = list(session.history) if beams else steps  # a beam's final path
-        return _write_html(args, prompt, bundle.name, settings, steps)
-    return 0
+        return _write_html(args, prompt, bundle.name, settings, steps, s) or code
+    return code
+
+
+def grammar_exit(summary: RunSummary) -> int:
+    """A run the grammar stopped: its reason on one line and exit code 1 (what it made was
+    printed); 0 otherwise."""
+    if summary.stop_reason != GRAMMAR_STOP:
+        return 0
+    print(f"error: {summary.note}; the run stops here ({summary.tokens} tokens kept)",
+          file=sys.stderr)  # fmt: skip
+    return 1
 
 
 def _error(exc: Exception, code: int) -> int:
@@ -237,12 +248,14 @@ def _alternatives(step: Step, n: int) -> str:
 
 
 def _write_html(
-    args: argparse.Namespace, prompt: str, model: str, settings: SamplerSettings, steps: list[Step]
-) -> int:
+    args: argparse.Namespace, prompt: str, model: str, settings: SamplerSettings,
+    steps: list[Step], summary: RunSummary,
+) -> int:  # fmt: skip
     from engine.classroom.share import write_run_html
 
     try:
-        write_run_html(args.html, prompt, model, settings, steps, method=args.method)
+        write_run_html(args.html, prompt, model, settings, steps, method=args.method,
+                       ending=summary.ending)  # fmt: skip
     except OSError as exc:
         print(f"error: could not write {args.html}: {exc}", file=sys.stderr)
         return 1
@@ -285,7 +298,8 @@ def run_served(args: argparse.Namespace) -> int:
         s = session.summary()
         print(
             f"\n[{s.tokens} tokens in {s.seconds:.2f}s = {s.tokens_per_s:.1f} tokens/s; "
-            f"{session.forward_passes} requests; stop: {s.stop_reason}]",
+            f"{session.forward_passes} requests; stop: {s.stop_reason}"
+            f"{'; ' + INCOMPLETE if s.incomplete else ''}]",
             file=sys.stderr,
         )
-    return 0
+    return grammar_exit(s)

@@ -20,11 +20,19 @@ import torch
 
 from engine.decode.clock import RunClock
 from engine.decode.measure import Measured
-from engine.errors import NonFiniteLogitsError
+from engine.errors import GrammarStop, NonFiniteLogitsError
 from engine.models.device import vocab_size
 from engine.models.prompt import DecodeStart, decode_start
 from engine.models.text import TextTrack
-from engine.records import KEEP_FULL, Candidate, Rewind, RunSummary, Step, lighten_old
+from engine.records import (
+    GRAMMAR_STOP,
+    KEEP_FULL,
+    Candidate,
+    Rewind,
+    RunSummary,
+    Step,
+    lighten_old,
+)
 from engine.sampling.build import build_chain
 from engine.sampling.sampler import NO_REPORT, Sampler, SamplerState, StageReport
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
@@ -78,6 +86,7 @@ class SessionBase:
         self.finished = False  # the model ended its answer or the context is full
         self.run_end: int | None = None  # the history's length where the current stream stops
         self.stop_reason: str | None = None
+        self.stop_note = ""  # the grammar's reason when it stopped the run
         self._settings: SamplerSettings | None = None
         self.sampler: Sampler
         if isinstance(sampler, SamplerSettings):
@@ -128,8 +137,16 @@ class SessionBase:
             tokens=c.tokens, seconds=c.seconds, tokens_per_s=c.rate(),
             stop_reason=self.stop_reason or "stopped", text=self.text,
             token_ids=tuple(self.generated_ids), first_token_s=c.first_token_s,
-            prompt_tokens=c.prompt_tokens,
+            prompt_tokens=c.prompt_tokens, note=self.stop_note,
+            incomplete=self.stop_reason != GRAMMAR_STOP and self.sampler.complete(
+                self.generated_ids) is False,
         )  # fmt: skip
+
+    def halt(self, message: str) -> GrammarStop:
+        """The grammar cannot go on: the run ends here, keeping what it made (a rewind or a
+        new choice goes on from an earlier step). Returns the exception to raise."""
+        self.finished, self.stop_reason, self.stop_note = True, GRAMMAR_STOP, message
+        return GrammarStop(message)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -151,6 +168,8 @@ class SessionBase:
         try:
             while not self.finished and len(self.history) - start < budget:
                 yield from self._advance(budget - (len(self.history) - start))
+        except GrammarStop:
+            pass  # halt() recorded why; the records made so far stand
         finally:
             if self.stop_reason is None:
                 done = len(self.history) - start >= budget
@@ -272,7 +291,7 @@ class SessionBase:
         self.text_track.truncate(step_index)
         self._truncate_cache(len(self.ids) - 1)  # keep one id to feed for the next logits
         self.finished = False
-        self.stop_reason = None
+        self.stop_reason, self.stop_note = None, ""
         self.sync_sampler()
         return Rewind(step_index)
 

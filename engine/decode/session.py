@@ -207,14 +207,16 @@ class GenerationSession(SessionBase):
         self._generator.manual_seed(step_seed(self.seed, len(self.history)))
         self.sampler.prepare(self._generator)
         probs, cut = self.sampler.probs(ids, source.logits)  # [1, vocab]
+        report = self.sampler.report()
         forced, self._forced = self._forced, None
-        if forced is not None:
+        if forced is not None:  # the user's choice stands even where the grammar has none
             token = torch.tensor([forced], device=self.device)
             how = "forced"
+        elif report.stop(0) is not None:  # nothing the grammar allows is left: end here
+            raise self.halt(report.stop(0) or "")
         else:
             token = self.sampler.pick(probs[0], self._generator)
             how = "greedy" if self.sampler.greedy else "sample"
-        report = self.sampler.report()
         m = self._measure(source, probs, token, cut, report)
         elapsed = time.perf_counter() - start  # after the copy, which waits for the device
         return self._append(m, elapsed, how, forced is not None, source.fed, report)

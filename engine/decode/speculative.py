@@ -78,6 +78,8 @@ class ModelDrafter:
         for _ in range(k):
             logits = self.stepper.logits(seq)[0]  # [vocab]
             q = sampler_probs(sampler, seq, logits)
+            if sampler.report().stop(0) is not None:
+                break  # the grammar cannot go on from here: the target's pass will say so
             token = int(sampler.pick(q, generator))
             qs.append(q)
             drafts.append(token)
@@ -282,11 +284,15 @@ class SpeculativeSession(SessionBase):
         accepted, hit_eos = self._accept(drafts, p, q)
         tokens = drafts[:accepted]
         sources = ["draft"] * accepted
-        if not hit_eos:
+        report = reports[accepted] if len(reports) > 1 else reports[0]
+        stop = None if hit_eos else report.stop(accepted if len(reports) == 1 else 0)
+        if not hit_eos and stop is None:
             rejected = drafts[accepted] if accepted < g else None
             q_at = q[accepted] if (q is not None and accepted < g) else None
             tokens.append(int(self._next_token(p[accepted], q_at, rejected)))
             sources.append("target")
+        if not tokens:  # the grammar cannot go on right here
+            raise self.halt(stop or "")
         chosen = torch.tensor(tokens, device=self.device)
         measured = self._measure_rows(logits, p, chosen, cut, finite, reports)
         elapsed = time.perf_counter() - start  # after the copy, which waits for the device
@@ -298,6 +304,8 @@ class SpeculativeSession(SessionBase):
                 break
         self.stats.generated += len(steps)
         self.stats.seconds += elapsed
+        if stop is not None:  # the accepted drafts stand; the grammar ends the run after them
+            self.halt(stop)
         return [*steps, self.stats.report()]
 
     def _measure_rows(
@@ -364,7 +372,7 @@ class SpeculativeSession(SessionBase):
         hit_eos = False
         for i, x in enumerate(drafts):
             if self.sampler.greedy:
-                ok = bool(p[i].argmax() == x)
+                ok = bool(p[i].argmax() == x) and bool(p[i][x] > 0)  # a grammar's dead row: 0
             else:
                 qx = q[i, x] if q is not None else 1.0
                 # accept with probability min(1, p(x) / q(x)); u < p/q  <=>  u * q < p

@@ -151,6 +151,9 @@ class CompatSampler(Sampler):
     ) -> tuple[StageNote, ...]:
         return ()
 
+    def complete(self, generated: Sequence[int]) -> bool | None:
+        return None  # no constraint
+
     def accept(self, token: int, prob: float) -> None:
         """Stateless."""
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from engine.decode.session import GenerationSession, step_seed
+from engine.errors import GrammarStop
 from engine.experiments.records import MAX_SAMPLES, Checkpoint, HistogramRow, StepSample
 
 MAX_TOTAL = 10 * MAX_SAMPLES  # over the rounds of "draw more"
@@ -89,6 +90,9 @@ def next_distribution(session: GenerationSession) -> tuple[torch.Tensor, torch.T
         generator.manual_seed(step_seed(session.seed, len(session.history)))
         session.sampler.prepare(generator)  # the sampler's state is the session's (mu)
         probs, _cut = session.sampler.probs(ids, logits)
+    stop = session.sampler.report().stop(0)
+    if stop is not None:  # nothing the grammar allows is left: there is nothing to draw
+        raise GrammarStop(f"{stop}: there is nothing to draw")
     return logits[0], probs[0]
 
 

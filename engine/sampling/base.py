@@ -44,6 +44,13 @@ class LogitsProcessor:
     uses_ids = False  # whether the stage reads input_ids (the chain builds them only if so)
     reweights = False  # a penalty: changes scores without removing tokens (before/after shown)
     needs_state = False  # reads the run's per-step state (generator, mirostat's mu)
+    # a contract (the grammar): its cut is never skipped, and a row it leaves empty stops the
+    # run with the stage's reason (``stops``) instead of going on without it
+    binding = False
+
+    def stops(self) -> list[str | None]:
+        """A binding stage: per row of the last call, why it cannot go on (None: it can)."""
+        return []
 
     @property
     def label(self) -> str:

@@ -179,6 +179,11 @@ def build_chain(
     """The stages of ``settings`` in its order, neutral ones left out; greedy at temperature 0.
     ``only`` keeps just the named stages (beam search takes the penalties). ``tokenizer``
     turns the words of logit bias, bans and DRY's breakers into token ids."""
+    if settings.grammar and only is not None and "grammar" not in only:
+        raise ValueError(
+            "This method does not take a grammar (beam and contrastive search rank whole "
+            "sequences): use sampling or speculative decoding, or clear the grammar"
+        )
     info = BuildInfo(prompt_length, eos_token_ids, tokenizer)
     stages = [
         make(settings, info)

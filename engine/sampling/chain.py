@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from itertools import zip_longest
 
 import torch
 import torch.nn.functional as F
@@ -36,13 +37,22 @@ def apply_chain(
     (its note, the scores around the penalties) without copying anything to the host.
 
     A stage that would remove every token of a row (no-repeat-ngram once every token has been
-    used, say) is skipped for that row, so the distribution is never empty. torch.where keeps
-    this free of device synchronisation."""
+    used, say) is skipped for that row, so the distribution is never empty; torch.where keeps
+    this free of device synchronisation. A binding stage (the grammar, a contract) is never
+    skipped: a row it empties stays empty (all -inf), the later stages leave it alone, and
+    the stage's ``stops()`` say why (``ChainReport.stops``)."""
     cut = torch.full_like(scores, -1, dtype=torch.int16) if track else None
+    dead: torch.Tensor | None = None  # [batch, 1]: rows a binding stage emptied
     for i, processor in enumerate(chain):
         new = processor(input_ids, scores)
         emptied = (new == NEG_INF).all(dim=-1, keepdim=True)  # [batch, 1]
-        new = torch.where(emptied, scores, new)
+        skip = dead if processor.binding else emptied if dead is None else emptied | dead
+        if skip is not None:
+            new = torch.where(skip, scores, new)
+        if processor.binding:
+            dead = emptied if dead is None else dead | emptied
+            if report is not None:
+                report.stops = _merge(report.stops, processor.stops())
         if cut is not None:
             removed_here = (new == NEG_INF) & (scores != NEG_INF) & (cut < 0)
             cut = cut.masked_fill(removed_here, i)
@@ -50,6 +60,11 @@ def apply_chain(
             report.add(i, processor, scores, new)
         scores = new
     return scores, cut
+
+
+def _merge(old: list[str | None], new: list[str | None]) -> list[str | None]:
+    """Per row, the first binding stage's reason to stop."""
+    return [a or b for a, b in zip_longest(old, new)]
 
 
 class ChainReport:
@@ -62,6 +77,7 @@ class ChainReport:
         self.before: torch.Tensor | None = None  # [batch, vocab] scores before the penalties
         self.after: torch.Tensor | None = None  # and after them
         self.changed_by: torch.Tensor | None = None  # [batch, vocab] stage index, -1: unchanged
+        self.stops: list[str | None] = []  # per row: why a binding stage cannot go on
 
     def add(self, i: int, stage: LogitsProcessor, before: torch.Tensor, after: torch.Tensor):
         note = stage.note(before, after)
@@ -80,7 +96,7 @@ class ChainReport:
         if self.before is not None and self.after is not None and self.changed_by is not None:
             before, after = self.before.softmax(-1), self.after.softmax(-1)
             penalties = PenaltyTrace(before, after, self.changed_by)
-        return StageReport(penalties, tuple(self.notes))
+        return StageReport(penalties, tuple(self.notes), tuple(self.stops))
 
 
 class Chain(Sampler):
@@ -110,13 +126,24 @@ class Chain(Sampler):
         collector = ChainReport()
         scores, cut = apply_chain(self.stages, ids, logits, track=True, report=collector)
         self._report = collector.record()
-        return F.softmax(scores, dim=-1), cut
+        probs = F.softmax(scores, dim=-1)
+        if any(collector.stops):  # a row the grammar emptied: probabilities 0, not NaN
+            probs = probs.nan_to_num(0.0)
+        return probs, cut
 
     def pick(self, probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         return pick(probs, self.greedy, generator)
 
     def report(self) -> StageReport:
         return self._report
+
+    def complete(self, generated: Sequence[int]) -> bool | None:
+        """Whether every binding stage (the grammar) accepts ``generated`` as finished; None
+        when the chain has none."""
+        bound = [s for s in self.stages if s.binding]
+        if not bound:
+            return None
+        return all(s.complete(generated) for s in bound)  # type: ignore[attr-defined]
 
     def accept(self, token: int, prob: float) -> None:
         if self.mirostat is not None:

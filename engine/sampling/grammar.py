@@ -6,8 +6,13 @@ At every step the stage brings its matcher up to date with the tokens generated 
 reads ``input_ids`` after the prompt, so a rewind or a branch rolls the matcher back instead of
 confusing it), asks llguidance for the bitmask of allowed next tokens and sets every other
 token to -inf: those are cut and named "grammar" like any stage's cuts. Once the grammar is
-complete only the end-of-sequence ids remain. A token the grammar refuses (a forced choice)
-breaks the matcher: the stage then lets everything through and its note says so.
+complete only the end-of-sequence ids remain.
+
+The grammar is a contract (``binding``): it is never skipped. When it cannot go on (no token
+it allows is left by the stages before it, its matcher failed, or a chosen token broke it) the
+row is left empty and ``stops()`` says why; the session then ends the run there with that
+message and keeps what it made. In JSON no key is written twice in one object
+(``engine.sampling.json_keys``); ``complete()`` says whether the output is finished.
 """
 
 from __future__ import annotations
@@ -21,11 +26,16 @@ import torch
 
 from engine.sampling.base import NEG_INF, LogitsProcessor
 from engine.sampling.checks import check_grammar_spec
+from engine.sampling.grammar_schema import one_of_is_disjoint
+from engine.sampling.json_keys import JsonKeys
 
 # JSON as json.dumps writes it, with no free whitespace: a model could otherwise pad with
 # newlines and spaces without end (a known failure of constrained JSON). A schema's own
 # "x-guidance" options override these.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# llguidance refuses "oneOf" unless told to read it as "anyOf", which is exact only when no
+# value can match two alternatives: it is turned on for schemas whose every oneOf is provably
+# disjoint (engine.sampling.grammar_schema); the others stay refused with the library's words.
 _KIND_FORMAT = {"json": "json_schema", "regex": "regex", "choice": "choice", "lark": "lark"}
 
 
@@ -49,7 +59,8 @@ def compile_grammar(spec: str) -> str:
         text = json.dumps(options)
     try:
         if kind == "json":
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_STYLE)
+            style = {**JSON_STYLE, "coerce_one_of": one_of_is_disjoint(text)}
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=style)
         else:
             grammar = llguidance.grammar_from(_KIND_FORMAT[kind], text)  # type: ignore[arg-type]
     except (ValueError, json.JSONDecodeError) as exc:
@@ -61,6 +72,8 @@ def compile_grammar(spec: str) -> str:
 
 
 _TOKENIZERS: dict[tuple[int, int, tuple[int, ...]], tuple[Any, Any]] = {}
+_QUOTED: dict[int, dict[int, bytes]] = {}  # per llguidance tokenizer: tokens holding a '"'
+LIMITS_VERBOSE = False  # llguidance's errors without its parser dump: one line to show
 
 
 def ll_tokenizer(tokenizer: Any, n_vocab: int, eos_ids: Sequence[int]) -> Any:
@@ -79,8 +92,18 @@ def ll_tokenizer(tokenizer: Any, n_vocab: int, eos_ids: Sequence[int]) -> Any:
     eos = list(eos_ids) or tokenizer.eos_token_id
     made = llguidance.LLTokenizer(backend.to_str(), n_vocab=n_vocab, eos_token=eos)
     _TOKENIZERS.clear()  # one tokenizer at a time: the app runs one model
+    _QUOTED.clear()
     _TOKENIZERS[key] = (tokenizer, made)
     return made
+
+
+def quoted_tokens(tok: Any) -> dict[int, bytes]:
+    """The tokens whose bytes hold a double quote (the only ones that can end a JSON key)."""
+    found = _QUOTED.get(id(tok))
+    if found is None:
+        pieces = (tok.decode_bytes([t]) for t in range(tok.vocab_size))
+        found = _QUOTED[id(tok)] = {t: b for t, b in enumerate(pieces) if b'"' in b}
+    return found
 
 
 def unpack_bitmask(bitmask: bytes, vocab: int) -> torch.Tensor:
@@ -95,37 +118,89 @@ def unpack_bitmask(bitmask: bytes, vocab: int) -> torch.Tensor:
 
 
 class _Track:
-    """One row's matcher and the generated ids it has consumed."""
+    """One row's matcher, the generated ids it has consumed, and (JSON) the keys written."""
 
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self.make = make
-        self.matcher = make()
-        self.consumed: list[int] = []
+    def __init__(self, make: Callable[[], Any], tok: Any, json_keys: bool) -> None:
+        self.make, self.tok, self.json_keys = make, tok, json_keys
+        self._reset()
+
+    def _reset(self) -> None:
+        self.matcher = self.make()
+        self.consumed: list[int] = []  # the ids the matcher took, in order
+        self.broken: tuple[int, int] | None = None  # (step, token) the grammar refused
+        self.keys = JsonKeys() if self.json_keys else None
 
     def follow(self, generated: list[int]) -> None:
+        """Bring the matcher to ``generated`` (rolling back what a rewind took away)."""
+        if self.broken is not None:
+            at, token = self.broken
+            if len(generated) <= at or generated[at] != token or generated[:at] != self.consumed:
+                self._reset()  # the refused token is gone: start clean
         common = 0
         for a, b in zip(self.consumed, generated, strict=False):
             if a != b:
                 break
             common += 1
         back = len(self.consumed) - common
-        if back and (self.matcher.is_error() or not self.matcher.rollback(back)):
-            self.matcher, common = self.make(), 0  # a broken matcher cannot roll back: rebuild
-        for token in generated[common:]:
-            if not self.matcher.consume_token(token):
+        if back:
+            if self.matcher.is_error() or not self.matcher.rollback(back):
+                self._reset()  # a broken matcher cannot roll back: rebuild
+                common = 0
+            else:
+                self.consumed = self.consumed[:common]
+                self._rescan()
+        for i in range(len(self.consumed), len(generated)):
+            if self.broken is not None or not self._take(generated[i]):
+                self.broken = self.broken or (i, generated[i])
                 break
-        self.consumed = list(generated)
+            self.consumed.append(generated[i])
 
-    def allowed(self, vocab: int) -> torch.Tensor:
+    def _take(self, token: int) -> bool:
+        if self.keys is not None and self.keys.feed(self.tok.decode_bytes([token])):
+            return False  # a key written twice: the grammar does not allow it
+        return bool(self.matcher.consume_token(token))
+
+    def _rescan(self) -> None:
+        """After a rollback: the keys of the kept tokens (cheap: a scan of their bytes)."""
+        if self.keys is not None:
+            self.keys = JsonKeys()
+            self.keys.feed(self.tok.decode_bytes(self.consumed))
+
+    def allowed(self, vocab: int) -> torch.Tensor | None:
+        """allowed: [vocab] bool, or None when the matcher cannot go on."""
+        if self.broken is not None or self.matcher.is_error():
+            return None
+        allowed = unpack_bitmask(self.matcher.compute_bitmask(), vocab)
         if self.matcher.is_error():
-            return torch.ones(vocab, dtype=torch.bool)
-        return unpack_bitmask(self.matcher.compute_bitmask(), vocab)
+            return None
+        if self.keys is not None:
+            live = {t: b for t, b in quoted_tokens(self.tok).items() if t < vocab and allowed[t]}
+            repeats = self.keys.repeats(live)
+            if repeats:
+                allowed[torch.tensor(repeats)] = False
+        return allowed
+
+    def why(self, kind: str) -> str:
+        """Why this row cannot go on (its matcher failed or a token broke it)."""
+        step = f"step {self.broken[0] + 1}" if self.broken is not None else ""
+        if step and self.keys is not None and self.keys.repeated:
+            return (f"the {kind} grammar broke at {step}: the key {self.keys.repeated!r} is "
+                    "written twice in one object")  # fmt: skip
+        error = (self.matcher.get_error() or "it allows nothing more").strip().splitlines()[0]
+        if step:
+            return f"the {kind} grammar broke at {step}: {error}"
+        return f"the {kind} grammar cannot go on: {error}"
+
+    def complete(self) -> bool:
+        m = self.matcher
+        return self.broken is None and not m.is_error() and (m.is_accepting() or m.is_stopped())
 
 
 class Grammar(LogitsProcessor):
-    """Keep only the tokens the grammar allows next."""
+    """Keep only the tokens the grammar allows next; a row with none left stops the run."""
 
     uses_ids = True
+    binding = True
 
     def __init__(
         self, spec: str, tokenizer: Any, prompt_length: int = 0, eos_token_ids: Sequence[int] = ()
@@ -138,39 +213,83 @@ class Grammar(LogitsProcessor):
         self.eos_token_ids = tuple(eos_token_ids)
         self._tracks: list[_Track] = []
         self._allowed: list[int] = []
+        self._stops: list[str | None] = []
+        self._vocab = 0
 
     @property
     def label(self) -> str:
         return "grammar"
 
-    def _matcher(self, vocab: int) -> Any:
+    def _matcher(self, tok: Any) -> Any:
         import llguidance
 
-        tok = ll_tokenizer(self.tokenizer, vocab, self.eos_token_ids)
-        return llguidance.LLMatcher(tok, self.grammar, log_level=0)
+        limits = llguidance.LLParserLimits(verbose_errors=LIMITS_VERBOSE)
+        return llguidance.LLMatcher(tok, self.grammar, log_level=0, limits=limits)
 
-    def masks(self, input_ids: torch.Tensor, vocab: int) -> torch.Tensor:
-        """allowed: [batch, vocab] bool on the host, each row's matcher brought up to date."""
+    def _track(self, vocab: int) -> _Track:
+        tok = ll_tokenizer(self.tokenizer, vocab, self.eos_token_ids)
+        return _Track(lambda: self._matcher(tok), tok, self.kind == "json")
+
+    def masks(self, input_ids: torch.Tensor, vocab: int) -> list[torch.Tensor | None]:
+        """Per row, allowed: [vocab] bool on the host (None: the grammar cannot go on), each
+        row's matcher brought up to date."""
         rows = input_ids[:, self.prompt_length :].tolist()  # ids live on the host
+        self._vocab = vocab
         while len(self._tracks) < len(rows):
-            self._tracks.append(_Track(lambda: self._matcher(vocab)))
+            self._tracks.append(self._track(vocab))
         for track, generated in zip(self._tracks, rows, strict=False):
             track.follow(generated)
-        return torch.stack([t.allowed(vocab) for t in self._tracks[: len(rows)]])
+        return [t.allowed(vocab) for t in self._tracks[: len(rows)]]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        allowed = self.masks(input_ids, scores.shape[-1]).to(scores.device)
+        vocab = scores.shape[-1]
+        masks = self.masks(input_ids, vocab)
+        none = torch.zeros(vocab, dtype=torch.bool)
+        allowed = torch.stack([m if m is not None else none for m in masks])
+        new = scores.masked_fill(~allowed.to(scores.device), NEG_INF)
+        alive = (new != NEG_INF).any(-1).tolist()  # one small copy: the grammar runs on the host
         self._allowed = allowed.sum(-1).tolist()
-        return scores.masked_fill(~allowed, NEG_INF)
+        self._stops = [
+            None if ok else self._why(i, m)
+            for i, (ok, m) in enumerate(zip(alive, masks, strict=True))
+        ]
+        return new
+
+    def _why(self, row: int, mask: torch.Tensor | None) -> str:
+        if mask is None:
+            return self._tracks[row].why(self.kind)
+        ids = mask.nonzero().flatten()[:3].tolist()
+        if not ids:
+            return f"the {self.kind} grammar allows no token here"
+        names = ", ".join(repr(self.tokenizer.decode([t], skip_special_tokens=False)) for t in ids)
+        more = " ..." if int(mask.sum()) > len(ids) else ""
+        them = "it" if len(ids) == 1 and not more else "them"
+        return (f"the {self.kind} grammar allows only {names}{more} next, and the stages "
+                f"before it removed {them}")  # fmt: skip
+
+    def stops(self) -> list[str | None]:
+        return list(self._stops)
+
+    def complete(self, generated: Sequence[int]) -> bool:
+        """Whether ``generated`` (the output so far) is a whole sentence of the grammar."""
+        if not self._tracks:
+            self._tracks.append(self._track(self._vocab or _vocab_of(self.tokenizer)))
+        track = self._tracks[0]
+        track.follow(list(generated))
+        return track.complete()
 
     def note(self, before: torch.Tensor, after: torch.Tensor) -> str | None:
         if not self._tracks:
             return None
+        if self._stops and self._stops[0]:
+            return f"{self._stops[0]}: the run stops here"
         matcher = self._tracks[0].matcher
-        if matcher.is_error():
-            return "grammar broken by a token it does not allow: everything passes"
         if matcher.is_stopped() or self._allowed[0] <= len(self.eos_token_ids) and (
             matcher.is_accepting()
         ):  # fmt: skip
             return f"{self.kind} complete: only the end"
         return f"{self.kind}: {self._allowed[0]:,} tokens allowed"
+
+
+def _vocab_of(tokenizer: Any) -> int:
+    return len(tokenizer)

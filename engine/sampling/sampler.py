@@ -64,6 +64,12 @@ class StageReport:
 
     penalties: PenaltyTrace | None = None
     notes: tuple[StageNoteSlot, ...] = ()
+    # per row: why a binding stage (the grammar) cannot go on there; () when every row can
+    stops: tuple[str | None, ...] = ()
+
+    def stop(self, row: int = 0) -> str | None:
+        """Why the run cannot go on from ``row`` (its probabilities are all 0), or None."""
+        return self.stops[row] if row < len(self.stops) else None
 
     def note_block(self) -> torch.Tensor | None:
         """The numeric notes side by side, [batch, k] float64 (None: none)."""
@@ -107,6 +113,11 @@ class Sampler(Protocol):
     ) -> tuple[StageNote, ...]:
         """``report``'s notes in words; ``values``: one row of the host copy of its
         ``note_block()``; ``show`` prints a token id."""
+        ...
+
+    def complete(self, generated: Sequence[int]) -> bool | None:
+        """Whether a constraint (the grammar) accepts ``generated`` as a finished output;
+        None without one. A run cut by its budget before that is marked incomplete."""
         ...
 
     def accept(self, token: int, prob: float) -> None:

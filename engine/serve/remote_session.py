@@ -239,6 +239,9 @@ class RemoteStreamSession(SessionBase):
         max_context: int | None = None,
         keep_candidates: int | None = KEEP_FULL,
     ) -> None:
+        if getattr(settings, "grammar", ""):  # the server samples: the lab cannot constrain it
+            raise ValueError("Stream mode cannot keep a grammar (the server samples): use "
+                             "explore mode, or clear the grammar")  # fmt: skip
         self.client = client
         self.n_logprobs = int(n_logprobs)
         self.server_requests = 0
