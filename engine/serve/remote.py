@@ -52,6 +52,7 @@ from engine.validate.limits import (
     MAX_SERVED_TOKEN_ID,
     REQUEST_DEADLINE_S,
     STREAM_SECONDS_PER_TOKEN,
+    TOKENIZER_DEADLINE_S,
 )
 from engine.validate.served import TOKEN_ID_PREFIX  # noqa: F401 - re-exported
 
@@ -168,14 +169,18 @@ class RemoteClient:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-        """One request with retries; a non-2xx answer raises ``RemoteError``."""
+    def _send(
+        self, method: str, path: str, body: dict[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> httpx.Response:  # fmt: skip
+        """One request with retries; a non-2xx answer raises ``RemoteError``. ``deadline``:
+        seconds for the whole request (default: the client's)."""
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             self.requests += 1
             response: httpx.Response | None = None
             try:
-                response = self._fetch(method, path, body)
+                response = self._fetch(method, path, body, deadline or self.deadline)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if last:
                     raise self._unreachable(exc) from None
@@ -189,19 +194,25 @@ class RemoteClient:
             time.sleep(self._delay(attempt, response))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _fetch(self, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
+    def _fetch(
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: float
+    ) -> httpx.Response:
         """One request, its body read within the deadline and the size bound."""
-        request = self._http.build_request(method, path, json=body)
+        short = deadline < self.deadline  # a tokenizer call: every read within its deadline
+        timeout = httpx.Timeout(deadline) if short else httpx.USE_CLIENT_DEFAULT
+        request = self._http.build_request(method, path, json=body, timeout=timeout)
         response = self._http.send(request, stream=True)
         try:
-            content = b"".join(self._chunks(response, time.monotonic() + self.deadline))
+            content = b"".join(self._chunks(response, time.monotonic() + deadline, deadline))
         finally:
             response.close()
         return httpx.Response(
             response.status_code, headers=response.headers, content=content, request=request
         )
 
-    def _chunks(self, response: httpx.Response, deadline: float) -> Iterator[bytes]:
+    def _chunks(
+        self, response: httpx.Response, deadline: float, seconds: float | None = None
+    ) -> Iterator[bytes]:
         """The body's bytes, refused past ``MAX_REPLY_BYTES`` or past ``deadline`` (the read
         timeout alone lets a server that sends a byte every few seconds hold on forever)."""
         total = 0
@@ -216,7 +227,7 @@ class RemoteClient:
                 raise RemoteError(
                     UNREACHABLE,
                     f"The server at {self.base_url} did not finish its answer within the "
-                    f"deadline of {self.deadline:.0f} s. The tokens so far are kept.",
+                    f"deadline of {seconds or self.deadline:g} s. The tokens so far are kept.",
                 )
             yield chunk
 
@@ -371,7 +382,7 @@ class RemoteClient:
     def tokenize(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """The server's tokenizer (vLLM ``/tokenize``)."""
         body = {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens}
-        data = self._json(self._send("POST", "/tokenize", body))
+        data = self._json(self._send("POST", "/tokenize", body, TOKENIZER_DEADLINE_S))
         try:
             return check.token_ids(data, self.id_limit)
         except InputError:
@@ -380,9 +391,9 @@ class RemoteClient:
             ) from None
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        """The server's detokenizer (vLLM ``/detokenize``)."""
+        """The server's detokenizer (vLLM ``/detokenize``), within ``TOKENIZER_DEADLINE_S``."""
         body = {"model": self.model, "tokens": [int(i) for i in ids]}
-        data = self._json(self._send("POST", "/detokenize", body))
+        data = self._json(self._send("POST", "/detokenize", body, TOKENIZER_DEADLINE_S))
         try:
             text = data["prompt"]
             if not isinstance(text, str):
@@ -405,29 +416,3 @@ def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
             yield line.rstrip(b"\r").decode("utf-8", "replace")
     if buffer:
         yield buffer.decode("utf-8", "replace")
-
-
-class ServerTokenizer:
-    """A tokenizer that asks the server (``/tokenize``, ``/detokenize``), for when no local copy
-    of the served model's tokenizer is at hand. Single-token strings are cached."""
-
-    chat_template = None
-
-    def __init__(self, client: RemoteClient) -> None:
-        self.client = client
-        self._single: dict[int, str] = {}
-        self.eos_token_id = None
-
-    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
-        return {"input_ids": self.client.tokenize(text, add_special_tokens)}
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        ids = list(ids)
-        if len(ids) == 1:
-            if ids[0] not in self._single:
-                self._single[ids[0]] = self.client.detokenize(ids)
-            return self._single[ids[0]]
-        return self.client.detokenize(ids) if ids else ""
-
-    def convert_ids_to_tokens(self, token_id: int) -> str:
-        return f"<{token_id}>"

@@ -54,9 +54,15 @@ def score_served(bundle: Any, text: str, prompt: str = "", top_n: int = 5) -> Te
             (tid, tok.decode([tid]) if local or word is None else word, math.exp(lp))
             for tid, lp, word in listed
         )
-        word = tok.decode([pos.token_id])
+        word = tok.decode([pos.token_id]) if local else _served_word(pos)
         bits = -pos.logprob / math.log(2)
         out.tokens.append(
             ScoredToken(i - len(head), pos.token_id, word, pos.logprob, pos.rank, bits, top)
         )
     return out
+
+
+def _served_word(pos: PromptPosition) -> str:
+    """The token's text as the reply gave it (no /detokenize request per token)."""
+    word = next((w for t, _lp, w in pos.top if t == pos.token_id and w is not None), None)
+    return word if word is not None else f"<{pos.token_id}>"

@@ -43,7 +43,8 @@ from engine.models.prompt import DecodeStart, as_id_list
 from engine.records import KEEP_FULL, SAMPLING, SERVED_STREAM, Candidate, Step
 from engine.sampling.sampler import StageReport
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
-from engine.serve.remote import KeySource, RemoteClient, ServedToken, ServerTokenizer
+from engine.serve.remote import KeySource, RemoteClient, ServedToken
+from engine.serve.server_tokenizer import ServerTokenizer, prefetch_step
 
 LN2 = math.log(2.0)
 
@@ -187,6 +188,7 @@ class RemoteSession(GenerationSession):
         entropy = float(-(kept * kept.log()).sum() / LN2) if kept.numel() else 0.0
         rank = ids.index(chosen) + 1 if chosen in ids else len(ids) + 1
         n = self.top_n
+        prefetch_step(self.text_track, chosen, ids[:n])  # a served tokenizer: one request
         block = report.note_block()
         return Measured(
             penalties=_penalties_at(report, at[:n]),
@@ -294,6 +296,7 @@ class RemoteStreamSession(SessionBase):
         raw = math.exp(served.logprob)
         n = self.top_n
         rate = self.clock.add(elapsed, fed)
+        prefetch_step(self.text_track, served.token_id, ids[:n])  # one /detokenize request
         text = self.text_track.push(served.token_id)
         show = self.text_track.show
         step = Step(

@@ -33,4 +33,7 @@ MAX_REPLY_BYTES = 64 * MIB
 MAX_SERVED_TOKEN_ID = 2**24  # no tokenizer has 16M tokens; a bigger id is a broken server
 REQUEST_DEADLINE_S = 120.0  # one whole request, however slowly the server trickles
 STREAM_SECONDS_PER_TOKEN = 5.0  # a stream's deadline grows with the tokens asked for
+# /tokenize and /detokenize: one call per reply (engine.serve.server_tokenizer), each within
+# this many seconds; a tokenizer that slow is broken, and a run would wait on it every step
+TOKENIZER_DEADLINE_S = 10.0
 LOGPROB_TOLERANCE = 1e-4  # a logprob may exceed 0 by rounding, not more

@@ -5,12 +5,14 @@ vLLM 0.32 answers ``choices[0].prompt_logprobs``: one entry per prompt token, ``
 first (it has no context), else an object ``{"<token id>": {"logprob", "rank",
 "decoded_token"}}`` holding the prompt's own token (with its rank over the whole vocabulary)
 and the top-N (vllm/entrypoints/openai/completion/protocol.py, CompletionResponseChoice; an
-impossible token's -inf is sent as -9999.0, serving.py's clamp_prompt_logprobs).
+impossible token's -inf is sent as -9999.0, serving.py's clamp_prompt_logprobs, read back as
+-inf).
 
 A server is a stranger: every number is checked (finite, a log-probability at most 0 beyond
 rounding, a rank from 1), every id is a whole number below the local vocabulary's bound, the
 lists are bounded and must have one entry per token sent, the token sent must be in its own
-entry, and its rank must not claim better than the likelier tokens listed beside it."""
+entry, its rank must not claim better than the likelier tokens listed beside it, the listed
+probabilities cannot add up to more than 1, and a rank r cannot carry a probability above 1/r."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.validate.core import InputError, describe
 from engine.validate.limits import LOGPROB_TOLERANCE, MAX_SERVED_TOKEN_ID, MAX_TOP_N
-from engine.validate.served import MAX_POSITIONS, logprob
+from engine.validate.served import MAX_POSITIONS, check_mass, check_rank, logprob
 
 MAX_RANK = 2**31 - 1
 
@@ -92,6 +94,7 @@ def prompt_positions(
             ((_id(k, id_limit, where), logprob(e.logprob, where), e) for k, e in row.items()),
             key=lambda t: (-t[1], t[0]),
         )
+        check_mass([t[1] for t in listed], where)
         mine = next((t for t in listed if t[0] == ids[i]), None)
         if mine is None:
             raise InputError(f"{where}: the token sent ({ids[i]}) is not among those listed")
@@ -101,6 +104,7 @@ def prompt_positions(
         likelier = sum(1 for t in listed if t[1] > mine[1] + LOGPROB_TOLERANCE)
         if rank <= likelier:
             raise InputError(f"{where}: rank {rank} but {likelier} listed tokens are likelier")
+        check_rank(rank, mine[1], where)
         top = tuple((t[0], t[1], t[2].decoded_token) for t in listed)
         out.append(PromptPosition(ids[i], mine[1], rank, top))
     return out

@@ -21,6 +21,8 @@ from engine.validate.limits import LOGPROB_TOLERANCE, MAX_SERVED_TOKEN_ID, MAX_T
 
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's spelling of a token with return_tokens_as_token_ids
 MAX_POSITIONS = 100_000  # tokens in one completion (the window's own run limit)
+IMPOSSIBLE_LOGPROB = -9999.0  # vLLM sends -inf as this; it and anything below read as -inf
+PROB_SUM_TOLERANCE = 1e-3  # float32 rounding of 20 log-probabilities stays far below this
 
 # null is the OpenAI format's "impossible" (no -inf in JSON); NaN and Infinity are refused.
 LogProb = Annotated[float, Field(allow_inf_nan=False)] | None
@@ -98,9 +100,10 @@ def token_id(key: str, id_limit: int = MAX_SERVED_TOKEN_ID) -> int:
 
 
 def logprob(value: float | None, where: str) -> float:
-    """A checked log-probability: null -> -inf (impossible); above 0 (beyond rounding) is an
-    error naming the tolerance."""
-    if value is None:
+    """A checked log-probability: null, or vLLM's -9999 (its spelling of -inf, serving.py's
+    clamp), or below -> -inf (impossible); above 0 (beyond rounding) is an error naming the
+    tolerance."""
+    if value is None or value <= IMPOSSIBLE_LOGPROB:
         return -math.inf
     if value > LOGPROB_TOLERANCE:
         raise InputError(
@@ -108,6 +111,26 @@ def logprob(value: float | None, where: str) -> float:
             f"above 1; the tolerance is {LOGPROB_TOLERANCE})"
         )
     return min(0.0, float(value))
+
+
+def check_mass(logprobs: list[float], where: str) -> None:
+    """Listed probabilities of distinct tokens cannot add up to more than 1 (beyond rounding)."""
+    total = math.fsum(math.exp(lp) for lp in logprobs)
+    if total > 1.0 + PROB_SUM_TOLERANCE:
+        raise InputError(
+            f"{where}: the listed probabilities add up to {total:.4g}, more than 1 (the "
+            f"tolerance is {PROB_SUM_TOLERANCE})"
+        )
+
+
+def check_rank(rank: int, lp: float, where: str) -> None:
+    """A token at rank r has r - 1 tokens at least as likely: r times its probability is at
+    most 1. (p = 1 at rank 40,000 would need 39,999 more tokens of probability 1.)"""
+    if rank * math.exp(lp) > 1.0 + PROB_SUM_TOLERANCE:
+        raise InputError(
+            f"{where}: rank {rank:,} with probability {math.exp(lp):.4g} is impossible (the "
+            f"{rank - 1:,} likelier tokens would need more than the whole probability)"
+        )
 
 
 def positions(data: Any, id_limit: int = MAX_SERVED_TOKEN_ID) -> list[Position]:
@@ -132,6 +155,7 @@ def positions(data: Any, id_limit: int = MAX_SERVED_TOKEN_ID) -> list[Position]:
             ((token_id(k, id_limit), logprob(v, where)) for k, v in (top or {}).items()),
             key=lambda t: (-t[1], t[0]),
         )
+        check_mass([lp for _, lp in dict(ranked).items()], where)
         finish = choice.finish_reason if i == n - 1 else None
         out.append(Position(token_id(key, id_limit), logprob(lp, where), tuple(ranked), finish))
     return out

@@ -209,3 +209,60 @@ def test_a_huge_answer_is_refused(local, monkeypatch):
 def test_too_long_for_the_served_context(local):
     with pytest.raises(ValueError, match="over the served model"):
         score_text(served(local, server(local)), "a" * 300, prompt=CONTEXT, top_n=N)
+
+
+# -- issue 35: what vLLM really sends, and numbers that cannot be probabilities ---------------
+
+
+def _first_past_top(answer):
+    rows = answer["choices"][0]["prompt_logprobs"]
+    return next(r for r in rows if r is not None and len(r) > N)
+
+
+def test_vllms_minus_9999_is_read_as_impossible(local):
+    """vLLM spells -inf as -9999.0: the token's probability is 0 and the perplexity infinite,
+    where the perplexity used to overflow (OverflowError) on a short text."""
+
+    honest_server = server(local)
+
+    def handle(request):  # the last token of the text: -9999.0, ranked last
+        response = honest_server(request)
+        if request.url.path.endswith("/models"):
+            return response
+        answer, last = response.json(), json.loads(request.content)["prompt"][-1]
+        answer["choices"][0]["prompt_logprobs"][-1][str(last)] = {"logprob": -9999.0,
+                                                                  "rank": VOCAB}  # fmt: skip
+        return httpx.Response(200, json=answer)
+
+    res = score_text(served(local, handle), "Hi there", "Say: ", N)
+    worst = min(res.tokens, key=lambda t: t.logprob)
+    assert worst.logprob == float("-inf") and worst.surprisal == float("inf")
+    assert res.perplexity == float("inf") and res.total_logprob == float("-inf")
+    from engine.cli.tree import plain  # what `score --json` writes: strict JSON, nulls
+
+    data = json.loads(json.dumps(plain(res.to_json()), allow_nan=False))
+    assert data["perplexity"] is None and any(t["logprob"] is None for t in data["tokens"])
+
+
+def test_listed_probabilities_over_1_are_refused(local):
+    def thirty(answer):  # 31 tokens at p = 0.97 each: the row claims a mass of 30
+        row = _first_past_top(answer)
+        row.update({str(300 + k): {"logprob": -0.03, "rank": 1} for k in range(31)})
+        return answer
+
+    with pytest.raises(RemoteError, match="add up to 30") as err:
+        score_text(served(local, server(local, thirty)), TEXT, prompt=CONTEXT, top_n=N)
+    assert err.value.kind == BAD_RESPONSE
+
+
+def test_probability_1_at_rank_40000_is_refused(local):
+    with pytest.raises(RemoteError, match="rank 40,000 with probability 1") as err:
+        bundle = served(local, server(local, _row(_certain)))
+        score_text(bundle, TEXT, prompt=CONTEXT, top_n=N)
+    assert err.value.kind == BAD_RESPONSE
+
+
+def _certain(row):
+    """The prompt's own token (listed last) at p = 1 and rank 40,000; the others left out."""
+    key = list(row)[-1]
+    return {key: {**row[key], "logprob": 0.0, "rank": 40_000}}
