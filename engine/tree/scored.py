@@ -35,7 +35,10 @@ class TextScore:
 
     @property
     def perplexity(self) -> float:
-        return math.exp(-self.total_logprob / len(self.tokens)) if self.tokens else float("nan")
+        if not self.tokens:
+            return float("nan")
+        mean = -self.total_logprob / len(self.tokens)
+        return math.exp(mean) if mean < 709.0 else math.inf  # exp overflows past ~709.78
 
     def to_json(self) -> dict[str, Any]:
         return {

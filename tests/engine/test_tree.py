@@ -104,6 +104,8 @@ def test_score_equals_one_full_forward(bundle, text):
     res = score_text(bundle, text, prompt=prompt)
     ids = tok(text, add_special_tokens=False)["input_ids"]
     pids = tok(prompt, add_special_tokens=False)["input_ids"]
+    if bundle.is_encoder_decoder:  # the encoder input as generation builds it (T5: + </s>)
+        pids = bundle.encode_prompt(prompt, use_chat_template=False)
     assert [t.token_id for t in res.tokens] == ids
     want = full_forward_logprob(bundle, pids, ids)
     assert res.total_logprob == pytest.approx(want, abs=1e-4)
