@@ -231,6 +231,11 @@ class TreeActions(QObject):
             from engine.tree.expand import expand
 
             copy.prompt_ids = bundle.encode_prompt(prompt, chat)
+            if tree.prompt_ids and copy.prompt_ids != list(tree.prompt_ids):
+                raise ValueError(
+                    "This tree was grown from other prompt ids (another model or chat-template "
+                    "choice): expanding it here would grow children in another context."
+                )
 
             def progress(done: int, total: int) -> None:
                 job.say(f"Expanding: level {done} of {total}")
@@ -248,8 +253,9 @@ class TreeActions(QObject):
             store.version += 1  # the autosave writes the grown tree
             self.redraw(force=True)
             stopped = " (stopped)" if stats.stopped else ""
+            budget = f"; stopped at the node budget of {stats.budget:,}" if stats.limited else ""
             w.status_text.setText(f"Expanded{stopped}: {added} nodes added in "
-                                  f"{stats.forwards} forward passes.")  # fmt: skip
+                                  f"{stats.forwards} forward passes{budget}.")  # fmt: skip
 
         w.tabs.setCurrentWidget(self.view)
         return self.runner.job("expand", work, done)
@@ -309,7 +315,7 @@ class TreeActions(QObject):
             return
         w.refresh()
         self.runner.forget_run()
-        chat = bool(tree.settings.get("chat_template", False))
+        chat = tree.uses_chat_template()  # the file says how its prompt was read
         w.views.apply(self.store.adopt_tree(tree, chat), busy=False)
         if tree.nodes[0].text:
             w.prompt.setPlainText(tree.nodes[0].text)
@@ -330,12 +336,21 @@ class TreeActions(QObject):
                 return False
         try:  # the file is only read: one that fails is left as it is
             with collector_paused():
-                tree = RunTree.from_json(read_json(path, MAX_RUN_FILE_BYTES))
+                tree = RunTree.from_json(read_json(path, MAX_RUN_FILE_BYTES), self._vocab())
         except (InputError, TreeFormatError, OSError) as exc:
             self.w.show_error(f"Could not open the tree {path}:\n{exc}")
             return False
         self.open_tree(tree)
         return True
+
+    def _vocab(self) -> int | None:
+        """The loaded model's vocabulary size (a tree's token ids must be below it)."""
+        model = getattr(self.w.bundle, "model", None)
+        if model is None:
+            return None
+        from engine.models.device import vocab_size
+
+        return vocab_size(model)
 
     def save_tree(self, path: str | None = None) -> bool:
         from engine.classroom.export import write_atomic
@@ -349,7 +364,11 @@ class TreeActions(QObject):
             if not path:
                 return False
         data = tree.to_json()
-        data["settings"] = {**data["settings"], "chat_template": bool(self.store.track.key[1])}
+        chat = bool(self.store.track.key[1]) if self.store.track.key else tree.uses_chat_template()
+        data["chat_template"] = chat
+        data["settings"] = {**data["settings"], "chat_template": chat}  # older readers look here
+        if self.w.bundle is not None:
+            data["model"] = data.get("model") or self.w.bundle.source_key[:2000]
         try:
             write_atomic(path, json.dumps(data, ensure_ascii=False))
         except (OSError, ValueError) as exc:

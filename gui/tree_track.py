@@ -49,6 +49,7 @@ class TreeTrack:
         key = (prompt, bool(chat_template))
         if self.tree is None or key != self.key:
             self.tree, self.key = RunTree([], prompt), key
+            self.tree.chat_template = key[1]  # written in its file: a continuation needs it
         self.tree.cursor = 0
         self.path = []
         self.revision += 1
@@ -56,6 +57,7 @@ class TreeTrack:
     def adopt(self, tree: RunTree, chat_template: bool = False) -> None:
         """Take a tree from a file (or the autosave); the path is the one to its cursor."""
         self.tree, self.key = tree, (tree.nodes[0].text, bool(chat_template))
+        tree.chat_template = bool(chat_template)
         self.path = tree.path()
         self.revision += 1
 

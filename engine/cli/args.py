@@ -49,3 +49,35 @@ def bounded_int(least: int, most: int) -> Callable[[str], int]:
 
     parse.__name__ = "whole number"  # what argparse names in its own messages
     return parse
+
+
+def probability(value: str) -> float:
+    """A number in [0, 1]."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not 0.0 <= number <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {value}")
+    return number
+
+
+def output_file(value: str) -> str:
+    """A file the result can be written to, checked before any work: not a folder, in a
+    folder that exists and may be written."""
+    import os
+    from pathlib import Path
+
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} is a folder: give a file name in it")
+    folder = path.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{value!r} cannot be written (permissions)")
+    return value
+
+
+probability.__name__ = "probability"
+output_file.__name__ = "file name"

@@ -11,13 +11,19 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from engine.cli.args import bounded_int, device, text
 from engine.cli.common import add_sampler_options, settings_from
+from engine.experiments.records import MAX_RUNS, MAX_SAMPLES
+from engine.records import GRAMMAR_STOP
+from engine.validate.limits import MAX_NEW_TOKENS, MAX_TOP_N
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     """Model, prompt and the sampler options, as for generate."""
     p.add_argument("--model", default=None, help="as for generate (default: smollm2-135m)")
-    p.add_argument("--prompt", default=None, help="the prompt (default: the model's example)")
+    p.add_argument(
+        "--prompt", type=text, default=None, help="the prompt (default: the model's example)"
+    )
     p.add_argument("--no-chat-template", action="store_true", help="send the prompt as it is")
     p.add_argument("--preset", default=None, help="start from a preset (Greedy, Balanced, ...)")
     p.add_argument("--temperature", type=float, default=None, help="0 = greedy")
@@ -26,9 +32,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=None, help="0 = off")
     p.add_argument("--repetition-penalty", type=float, default=None, help="1 = off")
     p.add_argument("--temperature-last", action="store_true", help="llama.cpp's order")
-    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=bounded_int(1, MAX_NEW_TOKENS), default=None)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    p.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda, mps")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     add_sampler_options(p)
 
@@ -36,16 +42,23 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     step = sub.add_parser("sample-step", help="draw the next token N times: histogram, TV, χ²")
     _common(step)
-    step.add_argument("--samples", type=int, default=1000, help="N, up to 100,000")
-    step.add_argument("--top", type=int, default=20, help="tokens listed (and any drawn)")
+    step.add_argument(
+        "--samples", type=bounded_int(1, MAX_SAMPLES), default=1000, help="N, up to 100,000"
+    )
+    step.add_argument(
+        "--top", type=bounded_int(1, MAX_TOP_N), default=20, help="tokens listed (and any drawn)"
+    )
     step.add_argument("--sample-seed", type=int, default=0, help="seed of the N draws")
     step.set_defaults(func=run_sample_step)
     sweep = sub.add_parser("sweep", help="one setting over a list of values, or N seeded runs")
     _common(sweep)
     sweep.add_argument("--setting", default="temperature", help="the setting to sweep")
-    sweep.add_argument("--values", default="0.2,0.7,1.0,1.5", help="comma-separated values")
     sweep.add_argument(
-        "--runs", type=int, default=0,
+        "--values", type=_values, default="0.2,0.7,1.0,1.5",
+        help="comma-separated values (at most 1,000)",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--runs", type=bounded_int(0, MAX_RUNS), default=0,
         help="instead: this many sampled runs (seeds seed, seed+1, ...) grouped by output",
     )  # fmt: skip
     sweep.set_defaults(func=run_sweep)
@@ -53,7 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(lock)
     lock.add_argument("--model-b", default=None, help="model B (default: the same as A)")
     lock.add_argument("--dtype-b", default=None, help="B's dtype (default: as --dtype)")
-    lock.add_argument("--top-n", type=int, default=10, help="candidates compared per step")
+    lock.add_argument(
+        "--top-n", type=bounded_int(1, MAX_TOP_N), default=10, help="candidates compared per step"
+    )
     lock.set_defaults(func=run_lockstep)
 
 
@@ -85,14 +100,40 @@ def _emit(data: Any) -> int:
 
 
 def _guarded(run: Any, args: argparse.Namespace) -> int:
-    """Run a command; a refusal (bad value, model that cannot load) is one line and code 2."""
-    from engine.errors import ModelLoadError
+    """Run a command; a refusal (bad value, model that cannot load) is one line and code 2, a
+    grammar that cannot go on one line and code 1."""
+    from engine.errors import GrammarStop, ModelLoadError
 
     try:
         return run(args)
+    except GrammarStop as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except (ValueError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _values(text: str) -> list[float]:
+    """--values, checked where argparse reads it: before any model loads."""
+    from engine.experiments.sweep import parse_values
+
+    try:
+        return parse_values(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _progress(what: str) -> Any:
+    return lambda done, total: _say(f"{what} {done} of {total}")
+
+
+def _stopped_by_grammar(rows: Any) -> int:
+    """Exit code 1 (and the reason on stderr) when a grammar stopped one of the runs."""
+    stops = [r for r in rows if r.stop_reason == GRAMMAR_STOP]
+    for r in stops:
+        print(f"error: value {r.value:g}: {r.ending}", file=sys.stderr)
+    return 1 if stops else 0
 
 
 def run_sample_step(args: argparse.Namespace) -> int:
@@ -107,27 +148,23 @@ def run_sample_step(args: argparse.Namespace) -> int:
     return _guarded(go, args)
 
 
-def _numbers(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.replace(";", ",").split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--values takes numbers separated by commas, got {text!r}") from None
-
-
 def run_sweep(args: argparse.Namespace) -> int:
     def go(args: argparse.Namespace) -> int:
-        from engine.experiments.sweep import sweep, variation
+        from engine.experiments.sweep import sweep, sweep_settings, variation
 
         settings = settings_from(args)
+        values = args.values if isinstance(args.values, list) else _values(args.values)
+        if not args.runs:
+            sweep_settings(settings, args.setting, values)  # every value, before the model
         bundle = _open(args)
 
         def make(s: Any) -> Any:
             return _session(args, bundle, s)
 
         if args.runs:
-            return _emit(asdict(variation(make, settings, args.runs)))
-        rows = sweep(make, settings, args.setting, _numbers(args.values))
-        return _emit([asdict(r) for r in rows])
+            return _emit(asdict(variation(make, settings, args.runs, _progress("run"))))
+        rows = sweep(make, settings, args.setting, values, _progress("value"))
+        return _emit([asdict(r) for r in rows]) or _stopped_by_grammar(rows)
 
     return _guarded(go, args)
 
@@ -140,8 +177,18 @@ def run_lockstep(args: argparse.Namespace) -> int:
         a = _open(args)
         b = _open(args, args.model_b or args.model, args.dtype_b)
         lock = Lockstep(_session(args, a, settings), b.model, b.tokenizer, top_n=args.top_n)
-        steps = [asdict(s) for s in lock.stream()]
-        return _emit({"summary": asdict(lock.summary()), "steps": steps,
-                      "a": a.describe(), "b": b.describe()})  # fmt: skip
+        steps = []
+        for s in lock.stream():
+            steps.append(asdict(s))
+            if len(steps) % 25 == 0:
+                _say(f"step {len(steps)} of at most {settings.max_new_tokens}")
+        _emit({"summary": asdict(lock.summary()), "steps": steps,
+               "a": a.describe(), "b": b.describe()})  # fmt: skip
+        ran = lock.session.summary()
+        why = ran.note if ran.stop_reason == GRAMMAR_STOP else lock.note
+        if why:
+            print(f"error: {why}", file=sys.stderr)
+            return 1
+        return 0
 
     return _guarded(go, args)

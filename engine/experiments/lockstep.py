@@ -68,6 +68,14 @@ def compare_rows(
             "la": la, "lb": lb}  # fmt: skip
 
 
+def _prob_of(logits: torch.Tensor, token: int) -> torch.Tensor:
+    """logits: [1, width] -> [1]: the token's probability over the model's whole output layer;
+    0 for an id past it (a padded row of the other model, which this one cannot write)."""
+    if token >= logits.shape[-1]:
+        return torch.zeros(1, dtype=torch.float64, device=logits.device)
+    return logits[0].double().softmax(-1)[token].reshape(1)
+
+
 class Lockstep:
     """A's session and B's stepper; ``stream()`` yields a ``LockstepStep`` per token. The
     session's stepper is wrapped so that A's raw logits of each step are kept (no second
@@ -86,12 +94,23 @@ class Lockstep:
         self.recorder = _Recording(session.stepper)
         session.stepper = self.recorder  # type: ignore[assignment]
         self.b = make_stepper(model_b, use_cache=True)
+        self.b_width = model_b.get_input_embeddings().weight.shape[0]  # ids B can read
         self.steps: list[LockstepStep] = []
+        self.note = ""
 
     def stream(self, max_new_tokens: int | None = None) -> Iterator[LockstepStep]:
+        """A's steps, each scored by B. A token past B's input layer (a padded row of A's
+        wider vocabulary) is scored 0 by B, and the comparison stops after it: B cannot read
+        a prefix holding it (``note`` says so)."""
         for record in self.session.stream(max_new_tokens):
             if isinstance(record, Step):
                 yield self._compare(record)
+                if record.token_id >= self.b_width:
+                    self.note = (
+                        f"model A wrote token {record.token_id}, past model B's vocabulary "
+                        f"({self.b_width:,} ids): B cannot read on, so the comparison stops here"
+                    )
+                    return
 
     def _compare(self, step: Step) -> LockstepStep:
         prefix = self.session.ids[:-1]  # what A read to choose this token
@@ -100,10 +119,10 @@ class Lockstep:
             raise RuntimeError("lockstep needs A's logits for every step")
         b_logits = self.b.logits(prefix)
         c = compare_rows(a_logits[-1:], b_logits, self.top_n)
-        token = torch.tensor([[step.token_id]], device=c["la"].device)
         numbers = torch.cat([
             c["kl"], c["jaccard"], c["agree"].double(),
-            c["la"].gather(-1, token).exp()[0], c["lb"].gather(-1, token).exp()[0],
+            _prob_of(a_logits[-1:], step.token_id).to(c["kl"].device),
+            _prob_of(b_logits, step.token_id).to(c["kl"].device),
         ]).tolist()  # one copy to the host  # fmt: skip
         show = self.session.text_track.show
 
@@ -123,10 +142,11 @@ class Lockstep:
     def summary(self) -> LockstepSummary:
         s = self.steps
         if not s:
-            return LockstepSummary(0, 0.0, 0.0, -1, 0.0, 0.0, "")
+            return LockstepSummary(0, 0.0, 0.0, -1, 0.0, 0.0, "", self.note)
         worst = max(s, key=lambda r: r.kl)
         return LockstepSummary(
             tokens=len(s), mean_kl=sum(r.kl for r in s) / len(s), max_kl=worst.kl,
             max_kl_step=worst.index, mean_jaccard=sum(r.jaccard for r in s) / len(s),
             greedy_agreement=sum(r.greedy_agree for r in s) / len(s), text=self.session.text,
+            note=self.note,
         )  # fmt: skip

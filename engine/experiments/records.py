@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 MAX_SAMPLES = 100_000  # draws in one round of "sample this step"
 MAX_RUNS = 1000  # runs in one sweep or stochastic variation
+MAX_SWEEP_VALUES = MAX_RUNS  # values in one sweep: a run each
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class SweepRow:
     mean_entropy_raw: float  # bits, the model's own
     distinct: tuple[float, ...]  # distinct-1, distinct-2, distinct-3
     stop_reason: str
+    ending: str = ""  # the grammar's word: why it stopped the run, or that it is incomplete
 
 
 @dataclass(frozen=True)
@@ -107,3 +109,4 @@ class LockstepSummary:
     mean_jaccard: float
     greedy_agreement: float  # fraction of steps
     text: str
+    note: str = ""  # why the comparison ended early (B cannot read a token A wrote)

@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.decode.session import GenerationSession
-from engine.experiments.records import MAX_RUNS, Continuation, SweepRow, Variation
+from engine.experiments.records import (
+    MAX_RUNS,
+    MAX_SWEEP_VALUES,
+    Continuation,
+    SweepRow,
+    Variation,
+)
 from engine.records import Step
 from engine.sampling.settings import SWEEPABLE, SamplerSettings
 
@@ -58,30 +64,69 @@ def sweep_row(setting: str, value: float, steps: Sequence[Step], session: Any) -
         mean_entropy=sum(s.entropy for s in steps) / count,
         mean_entropy_raw=sum(s.entropy_raw for s in steps) / count,
         distinct=tuple(distinct_n(ids, n) for n in (1, 2, 3)),
-        stop_reason=session.summary().stop_reason,
+        stop_reason=session.summary().stop_reason, ending=session.summary().ending,
     )  # fmt: skip
 
 
-def sweep(
-    make: SessionFactory, base: SamplerSettings, setting: str, values: Sequence[float]
-) -> list[SweepRow]:
-    """One run per value of ``setting``, everything else (the seed too) as in ``base``."""
+def parse_values(text: str) -> list[float]:
+    """ "0.2,0.7;1" -> [0.2, 0.7, 1.0]: finite numbers, at most ``MAX_SWEEP_VALUES``; a
+    ValueError names the first that is not (before any model work)."""
+    parts = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
+    if len(parts) > MAX_SWEEP_VALUES:
+        raise ValueError(f"a sweep takes at most {MAX_SWEEP_VALUES:,} values, got {len(parts):,}")
+    values = []
+    for part in parts:
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"{part[:40]!r} is not a number") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{part[:40]!r} is not a finite number")
+        values.append(value)
+    return values
+
+
+def sweep_settings(
+    base: SamplerSettings, setting: str, values: Sequence[float]
+) -> list[SamplerSettings]:
+    """The settings of each run, every value checked before the first runs (its type, its
+    limits, the count): a sweep that would fail at its 900th value fails at once."""
     if setting not in SWEEPABLE:
         raise ValueError(f"cannot sweep {setting!r}: choose one of {', '.join(SWEEPABLE)}")
     if not values:
         raise ValueError("a sweep needs at least one value")
+    if len(values) > MAX_SWEEP_VALUES:
+        raise ValueError(f"a sweep takes at most {MAX_SWEEP_VALUES:,} values, got {len(values):,}")
     kind = type(getattr(base, setting))
-    rows = []
+    out = []
     for value in values:
+        if not math.isfinite(value):
+            raise ValueError(f"{setting} takes finite numbers, got {value!r}")
         if kind is int and float(value) != int(value):
             raise ValueError(f"{setting} takes whole numbers, got {value!r}")
-        settings = base.with_(**{setting: kind(value)})  # checks the value's limits
+        out.append(base.with_(**{setting: kind(value)}))  # checks the value's limits
+    return out
+
+
+def sweep(
+    make: SessionFactory, base: SamplerSettings, setting: str, values: Sequence[float],
+    progress: Callable[[int, int], None] | None = None,
+) -> list[SweepRow]:  # fmt: skip
+    """One run per value of ``setting``, everything else (the seed too) as in ``base``;
+    ``progress(done, total)`` after each run."""
+    rows = []
+    for i, settings in enumerate(sweep_settings(base, setting, values)):
         steps, session = _run(make, settings)
-        rows.append(sweep_row(setting, kind(value), steps, session))
+        rows.append(sweep_row(setting, getattr(settings, setting), steps, session))
+        if progress is not None:
+            progress(i + 1, len(values))
     return rows
 
 
-def variation(make: SessionFactory, base: SamplerSettings, runs: int) -> Variation:
+def variation(
+    make: SessionFactory, base: SamplerSettings, runs: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> Variation:  # fmt: skip
     """``runs`` sampled runs with seeds base.seed, base.seed + 1, ...; grouped by output."""
     if not 1 <= runs <= MAX_RUNS:
         raise ValueError(f"runs must be in 1..{MAX_RUNS}, got {runs}")
@@ -93,6 +138,8 @@ def variation(make: SessionFactory, base: SamplerSettings, runs: int) -> Variati
         ids = tuple(s.token_id for s in steps)
         outputs.setdefault(ids, (session.text, []))[1].append(seed)
         order[ids] += 1
+        if progress is not None:
+            progress(k + 1, runs)
     ranked = sorted(order, key=lambda ids: (-order[ids], outputs[ids][1][0]))
     mode = ranked[0]
     groups = tuple(

@@ -12,6 +12,8 @@ from typing import Any
 from engine.tree.node import FORMAT, Node
 from engine.tree.validate import read_tree
 
+MAX_EXP = 709.0  # math.exp overflows past about 709.78
+
 
 class RunTree:
     """Nodes by id, a root holding the prompt ids, and the cursor (the node you stand on)."""
@@ -21,6 +23,10 @@ class RunTree:
         self.prompt_ids = list(prompt_ids)
         self.settings: dict[str, Any] = dict(settings or {})
         self.seed = seed
+        # what continuing the tree needs besides the ids: whether the prompt went through the
+        # chat template (None: not known, an older file) and the model that grew it
+        self.chat_template: bool | None = None
+        self.model = ""
         self.nodes: dict[int, Node] = {0: Node(0, -1, prompt_text, None)}
         self.cursor = 0
         self._next_id = 1  # ids are never reused; max(nodes) per add made long runs quadratic
@@ -66,7 +72,10 @@ class RunTree:
     def perplexity(self, nid: int) -> float:
         """exp of the mean negative log-probability per token along the path to ``nid``."""
         node = self.nodes[nid]
-        return math.exp(-node.path_logprob / node.depth) if node.depth else 1.0
+        if not node.depth:
+            return 1.0
+        mean = -node.path_logprob / node.depth
+        return math.exp(mean) if mean < MAX_EXP else math.inf  # past ~709 exp overflows
 
     # -- moves (each returns the new cursor; a move that has nowhere to go stays put) ---------
     def goto(self, nid: int) -> int:
@@ -131,6 +140,7 @@ class RunTree:
             keep = steps and n.step is not None and n.id not in skip
             return {"step": step_to_dict(n.step)} if keep else {}
 
+        head = {"chat_template": self.chat_template} if self.chat_template is not None else {}
         return {
             "format": FORMAT,
             "prompt_text": self.nodes[0].text,
@@ -138,12 +148,23 @@ class RunTree:
             "settings": self.settings,
             "seed": self.seed,
             "cursor": self.cursor,
+            **head,
+            "model": self.model,
             "nodes": [{**node_dict(n), **payload(n)} for n in self.nodes.values()] if nodes else [],
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> RunTree:
-        return read_tree(data, cls)
+    def from_json(cls, data: Any, vocab: int | None = None) -> RunTree:
+        """A tree file checked (``TreeFormatError`` names the first bad field); ``vocab``: the
+        loaded model's vocabulary size, which every token id must be below."""
+        return read_tree(data, cls, vocab)
+
+    def uses_chat_template(self) -> bool:
+        """Whether continuing it goes through the chat template: the file's flag, else (older
+        files) what its settings say, else not."""
+        if self.chat_template is not None:
+            return self.chat_template
+        return bool(self.settings.get("chat_template", False))
 
 
 def node_dict(n: Node) -> dict[str, Any]:
