@@ -77,6 +77,7 @@ class Persistence:
         self.autosave_path = autosave_path
         self.blocked = False  # an autosave that could not be read nor moved aside: kept as is
         self.closing = False  # the window is closing: its last autosave is written by hand
+        self.told_tree: object = None  # the tree whose being too large was told
         self.timer = QTimer(host.window(), interval=AUTOSAVE_MS, singleShot=True)
         self.timer.timeout.connect(self.write_autosave)
 
@@ -168,7 +169,22 @@ class Persistence:
         except OSError as exc:
             h.status_text.setText(f"Could not autosave: {exc}")
             return False
+        self._tell_tree_left_out()
         return True
+
+    def _tell_tree_left_out(self) -> None:
+        """A tree past the tree file's bound cannot be kept: say so once (never in silence)."""
+        from engine.tree.node import MAX_NODES
+
+        tree = self.host.store.tree
+        if tree is None or len(tree.nodes) <= MAX_NODES or self.told_tree is tree:
+            return
+        self.told_tree = tree
+        self.host.status_text.setText(
+            f"The tree has {len(tree.nodes) - 1:,} nodes, more than a tree file holds "
+            f"({MAX_NODES:,}): the autosave keeps the run's path, not the other branches. "
+            "Clear to start a new tree."
+        )
 
     def read_autosave(self) -> bool:
         """Restore the last run, if the autosave holds one. A damaged file is moved aside
@@ -195,7 +211,9 @@ class Persistence:
         if h.store.steps:
             h.status_text.setText(
                 f"Restored the last run ({len(h.store.steps)} tokens) from the autosave."
-            )
+                + (f" Its tree ({saved.tree_left_out:,} nodes) was too large to keep: only "
+                   "the run's path came back." if saved.tree_left_out else "")
+            )  # fmt: skip
         return True
 
     def _set_aside(self, exc: InputError) -> None:

@@ -290,6 +290,8 @@ class RunStore:
         """The autosave file: ``head`` (prompt, settings, ...) and every step. Each step was
         serialised once, when it arrived, so a long run costs a join, not a walk."""
         head = {"format": AUTOSAVE_FORMAT, **head}
+        if self.tree is not None and not self._tree_fits():  # the next start says so too
+            head["tree_left_out"] = len(self.tree.nodes) - 1
         if self.run is not None:
             head.setdefault("method", self.run.method)
             head.setdefault("prompt", self.run.prompt)

@@ -41,6 +41,7 @@ class _Autosave(BaseModel):
     steps: Annotated[list[Any], Field(max_length=MAX_STEPS)] = Field(default_factory=list)
     # the run's tree (engine.tree, "decoding-lab-tree/1"), checked by its own reader
     tree: dict[str, Any] | None = None
+    tree_left_out: Annotated[int, Field(ge=0)] = 0  # nodes of a tree too large to be kept
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class SavedRun:
     chat_template: bool
     steps: list[Step]
     tree: Any = None  # engine.tree.RunTree | None: every branch of the run
+    tree_left_out: int = 0  # a tree this large was left out (past the tree file's bound)
 
 
 def parse_autosave(text: str | bytes, source: str = "the autosave") -> SavedRun:
@@ -80,7 +82,7 @@ def saved_run(data: Any, source: str = "the autosave") -> SavedRun:
         raise InputError(f"settings: {exc}", source) from None
     return SavedRun(
         saved.editor_prompt, saved.model, settings, saved.method, saved.prompt,
-        saved.chat_template, steps, _tree(saved.tree, source),
+        saved.chat_template, steps, _tree(saved.tree, source), saved.tree_left_out,
     )  # fmt: skip
 
 
