@@ -82,6 +82,7 @@ def test_a_dead_end_with_the_other_settings_stops_the_run(smol, model):
         ('lark:start: "a" start', "Too many items"),  # a matcher error at its first token
         (SELF_REF, "Too many items"),  # a required self-reference
         ('json:{"$ref": "#"}', "cannot go on"),  # broken from the start
+        ("regex:(.{1,100}){100}", "too many expressions"),  # a catastrophic regex
     ],
 )
 def test_a_matcher_that_fails_stops_the_run_with_its_reason(smol, model, spec, words):
