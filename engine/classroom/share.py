@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.classroom.export import write_atomic
+from engine.classroom.share_decisions import DECISION_STYLE, with_decisions
 from engine.classroom.share_tree import TREE_STYLE, band, tree_html
 from engine.records import RUN_METHODS, Step
 
@@ -118,18 +119,6 @@ pre.prompt { white-space: pre-wrap; background: #f4f4f7; padding: .6rem .8rem; m
 #chart rect.raw { fill: #3e4989; } #chart rect.raw.cut { fill: #c8c8d0; }
 #chart rect.after { fill: #35b779; } #chart rect.raw.chosen { fill: #e4572e; }
 footer { margin-top: 2rem; color: var(--muted); font-size: .8rem; }
-"""
-# Decision layers (issue 33): early pale yellow -> bluish green -> blue at the last layer (the
-# window's ramp), never the top choice grey; ten bands of layer / layers.
-DECISION_BANDS = (
-    "#fff0a8", "#e9efad", "#d3edb3", "#bde8b9", "#a9dfc6",
-    "#a0d8cc", "#98d0d3", "#90c8da", "#88c1e1", "#86bde8",
-)  # fmt: skip
-_DECISION_STYLE = "".join(f".d{k} {{ background: {c}; }} " for k, c in enumerate(DECISION_BANDS))
-_DECISION_STYLE = f"""
-#decided {{ white-space: pre-wrap; font: 1.05rem/1.9 ui-monospace, monospace;
-  border: 1px solid var(--line); border-radius: 4px; padding: .6rem .8rem; }}
-{_DECISION_STYLE}.dn {{ background: #d6d6dc; }}
 """
 
 _SCRIPT = """
@@ -301,47 +290,6 @@ def _spans(steps: Sequence[Step]) -> str:
     )
 
 
-def _decision_band(layer: int | None, layers: int) -> str:
-    if layer is None:
-        return "dn"
-    return f"d{min(9, int(10 * layer / max(1, layers)))}"
-
-
-def _decision_section(steps: Sequence[Step], decided: Mapping[int, int | None],
-                      layers: int) -> str:  # fmt: skip
-    """The output again, each token shaded by its decision layer, the layer in its title."""
-    spans = []
-    for i, s in enumerate(steps):
-        if i in decided:
-            d = decided[i]
-            tip = "never the top choice" if d is None else f"decided at layer {d} of {layers}"
-            cls = _decision_band(d, layers)
-        else:
-            tip, cls = "not read", ""
-        spans.append(f'<span class="tok {cls}" title="{html.escape(tip)}">'
-                     f"{html.escape(s.text or s.token_str)}</span>")  # fmt: skip
-    chips = "".join(f'<span class="chip d{k}">{round(k * layers / 9)}</span>'
-                    for k in range(0, 10, 3))  # fmt: skip
-    return (
-        '<h2>Where each token was decided</h2>\n<p class="meta">Each token shaded by its '
-        f"decision layer: the first of the model's {layers} layers from which it is the logit "
-        "lens's top choice and stays so (pale: early; blue: the last layer; grey: never the top "
-        'choice). Hover a token for its layer.</p>\n<div class="legend"><span class="label">'
-        f'decided at layer:</span>{chips}<span class="chip dn">never</span></div>\n'
-        f'<div id="decided">{"".join(spans)}</div>\n'
-    )
-
-
-def _with_decisions(data: dict[str, Any], steps: Sequence[Step],
-                    decisions: Mapping[int, int | None], layers: int) -> str:  # fmt: skip
-    """Each step's decision layer into the page's data (the tooltip reads it); the section."""
-    data["layers"] = layers
-    for i, row in enumerate(data["steps"]):
-        if i in decisions:
-            row["decision_layer"] = decisions[i]
-    return _decision_section(steps, decisions, layers)
-
-
 def _settings_rows(settings: dict[str, Any]) -> str:
     e = html.escape
     return "".join(
@@ -396,11 +344,11 @@ def run_to_html(
     (step index -> decision layer of ``layers``) the output shaded by decision layer."""
     e = html.escape  # quote=True: safe in text and in attribute values
     data = _page_data(prompt, model, method, settings := _settings_dict(settings), steps, top_n)
-    decided = _with_decisions(data, steps, decisions, layers) if decisions else ""
+    decided = with_decisions(data, steps, decisions, layers) if decisions else ""
     spans, legend, rows = _spans(steps), _LEGEND, _settings_rows(settings)
     text = "".join(s.text for s in steps)
     style = _STYLE + (TREE_STYLE if tree is not None else "")
-    style += _DECISION_STYLE if decisions else ""
+    style += DECISION_STYLE if decisions else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
