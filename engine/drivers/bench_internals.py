@@ -35,14 +35,17 @@ def _best(fn: Callable[[], Any], reps: int = 3) -> float:
     return min(timed(torch.device("cpu"), fn)[1] for _ in range(reps))
 
 
-def _strip_against_forward(bundle: ModelBundle, path: TokenPath) -> tuple[float, float]:
+def _strip_against_forward(
+    bundle: ModelBundle, path: TokenPath, screen: bool | None = None
+) -> tuple[float, float]:
     """Best of three of each, alternated (A B A B A B)."""
     x = torch.tensor([path.ids], device=bundle.device)
     fwd, strip = float("inf"), float("inf")
     for _ in range(3):
         with torch.inference_mode():
             fwd = min(fwd, timed(bundle.device, lambda: bundle.model(x))[1])
-        strip = min(strip, timed(bundle.device, lambda: decision_strip(bundle, path))[1])
+        run = lambda: decision_strip(bundle, path, screen=screen)  # noqa: E731
+        strip = min(strip, timed(bundle.device, run)[1])
     return strip, fwd
 
 
@@ -67,6 +70,12 @@ def internals_section(
         out[f"strip_{name}"] = {"strip_ms": strip * 1e3, "forward_ms": fwd * 1e3,
                                 "ratio": strip / fwd,
                                 "never_top1": sum(d is None for d in decided)}  # fmt: skip
+    if out["bf16_screen"]:  # what a CPU without fast bf16 gets: the scan in fp32
+        strip, fwd = _strip_against_forward(bundle, path, screen=False)
+        say(line("I1. decision strip, greedy, fp32 scan only", strip * 1e3, fwd * 1e3, "ms",
+                 "strip", "forward") + "  (as on CPUs where bf16 does not pay)")  # fmt: skip
+        out["strip_greedy_fp32"] = {"strip_ms": strip * 1e3, "forward_ms": fwd * 1e3,
+                                    "ratio": strip / fwd}  # fmt: skip
     last = len(path.tokens) - 1
     step = _best(lambda: inspect_step(bundle, path, last))
     first = _best(lambda: inspect_step(bundle, path, 0))

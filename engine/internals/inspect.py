@@ -126,9 +126,12 @@ def _attention_view(
 
 
 @torch.inference_mode()
-def decision_strip(bundle: Any, path: TokenPath, first: int = 0) -> DecisionStrip:
+def decision_strip(
+    bundle: Any, path: TokenPath, first: int = 0, screen: bool | None = None
+) -> DecisionStrip:
     """The decision layer of every token of ``path`` from ``first`` on, from one pass per
-    ``STRIP_WINDOW`` positions (one pass for any run that fits the window)."""
+    ``STRIP_WINDOW`` positions (one pass for any run that fits the window); ``screen``: the
+    bf16 screen where it pays (None), or forced on or off."""
     an = anatomy(bundle.model)
     started = time.perf_counter()
     first = max(first, 1 - path.offset, 0)  # a token with no context before it has no position
@@ -140,6 +143,6 @@ def decision_strip(bundle: Any, path: TokenPath, first: int = 0) -> DecisionStri
         part = TokenPath(path.context, path.tokens[: end - path.offset], path.start)
         trace = capture(an, part, keep, mids=False)
         chosen = torch.tensor([path.tokens[k] for k in steps], device=trace.resid.device)
-        decided.extend(strip_scan(an, trace.resid, chosen))
+        decided.extend(strip_scan(an, trace.resid, chosen, screen))
     return DecisionStrip(an.layers, first, tuple(decided), time.perf_counter() - started,
                          getattr(bundle, "name", ""))  # fmt: skip

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from engine.classroom.lessons import load_lesson
-from engine.internals import lens as lens_module
 from engine.internals.attribution import attribute_inputs
 from engine.internals.inspect import decision_strip, inspect_step, path_for
 from engine.models.catalog import RESOURCES, load_bundled
@@ -58,10 +57,9 @@ def test_the_lens_and_dla_on_smollm2_are_the_models_own(smollm2) -> None:
 
 
 @pytest.mark.parametrize("screen", [False, True])
-def test_the_strip_equals_the_per_step_lens_on_a_sampled_story(smollm2, monkeypatch, screen):
-    monkeypatch.setattr(lens_module, "bf16_pays", lambda *_: screen)
+def test_the_strip_equals_the_per_step_lens_on_a_sampled_story(smollm2, screen):
     path = run(smollm2, "Once upon a time, a dragon", 40, sample=True, seed=3)
-    strip = decision_strip(smollm2, path)
+    strip = decision_strip(smollm2, path, screen=screen)
     per_step = tuple(inspect_step(smollm2, path, k, attention=False).lens.decision_layer
                      for k in range(40))  # fmt: skip
     assert strip.decision == per_step
