@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from PySide6.QtCore import QTimer, Slot
 
 from engine.classroom.lesson_reader import INSIDE_PAGES
+from gui.runtime import all_cores
 from gui.widgets.inside_view import InsideView
 from gui.widgets.token_pane import COLOR_BY_DECISION
 
@@ -80,6 +81,9 @@ class InsideActions:
         w.output.color_mode.addItem("Colour by decision layer", COLOR_BY_DECISION)
         self.view.inputs.requested.connect(self.attribute)
         w.plots.tabs.currentChanged.connect(lambda _i: self.sync())
+        # a click asks at once (after the window's own handlers chose the step), not at the poll
+        w.pane.token_clicked.connect(lambda _i: self.sync())
+        w.scoring.view.token_clicked.connect(lambda _i: self.sync())
         w.appearance.on_look.append(self.apply_look)
         w.runner.failed.connect(self._job_failed)
         w.run_finished.connect(self._after_run)
@@ -156,7 +160,8 @@ class InsideActions:
             from engine.internals.inspect import inspect_step
 
             try:
-                return inspect_step(bundle, target.path(bundle), target.step)
+                with all_cores():
+                    return inspect_step(bundle, target.path(bundle), target.step)
             except InternalsUnavailable as exc:  # said in the tab, not in a dialog
                 return str(exc)
 
@@ -209,7 +214,8 @@ class InsideActions:
         def work(_job: Any, bundle: Any) -> Any:
             from engine.internals.inspect import decision_strip
 
-            return decision_strip(bundle, target.path(bundle))
+            with all_cores():
+                return decision_strip(bundle, target.path(bundle))
 
         def done(strip: Any) -> None:
             self.strip = strip
@@ -243,9 +249,10 @@ class InsideActions:
             from engine.internals.attribution import Stopped, attribute_inputs
 
             try:
-                return attribute_inputs(bundle, target.path(bundle), target.step,
-                                        progress=job.fraction.emit,
-                                        cancelled=job.controls.cancelled.is_set)  # fmt: skip
+                with all_cores():
+                    return attribute_inputs(bundle, target.path(bundle), target.step,
+                                            progress=job.fraction.emit,
+                                            cancelled=job.controls.cancelled.is_set)  # fmt: skip
             except Stopped:
                 return None
 

@@ -2,6 +2,7 @@
 
 * ``tame_pyside_import_hook``: at import of ``gui`` (before torch is imported).
 * ``set_switch_interval``: when the QApplication is made.
+* ``all_cores``: around the Inside tab's jobs (a prefill-sized pass the user waits on).
 * ``import_engine``: in the first worker job (torch and transformers load after the window
   shows); it also gives torch its threads and exempts the libraries from the collector.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 OWN_PACKAGES = ("gui", "engine", "main", "__main__")
@@ -52,6 +55,21 @@ def configure_threads() -> None:
     threads = max(1, (os.cpu_count() or 2) - 1)
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+
+
+@contextmanager
+def all_cores() -> Iterator[None]:
+    """Every core for a short job the user waits on with an idle window (reading inside a step:
+    a prefill-sized forward pass, which scales with cores where decoding does not); the
+    window's thread count again afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 _engine_imported = False
