@@ -28,6 +28,7 @@ from gui.widgets.beam_tree import BeamTreePanel, BeamTreeView
 from gui.widgets.compare_view import CompareView
 from gui.widgets.experiment_tabs import ExperimentTabs
 from gui.widgets.fitting import ElidedLabel, OneLineLabel
+from gui.widgets.knob_row import guard_wheel
 from gui.widgets.method_panel import MethodPanel
 from gui.widgets.plots import DistributionPlot
 from gui.widgets.sampler_panel import SamplerPanel
@@ -70,6 +71,7 @@ class ControlsColumn(QScrollArea):
         self.setWidget(inner)
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        guard_wheel(self)  # the wheel scrolls the column; it changes a setting only on purpose
 
 
 class StatusArea:

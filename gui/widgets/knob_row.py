@@ -1,10 +1,22 @@
 """A number the user sets, built from a ``Knob``: a spin box (``number_field``), and a slider
-and a spin box that move together (``KnobRow``, in the sampler panel and the presenter strip)."""
+and a spin box that move together (``KnobRow``, in the sampler panel and the presenter strip);
+and the wheel rule of a scrolling panel (``guard_wheel``)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QSlider, QSpinBox, QWidget
+from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
+from PySide6.QtWidgets import (
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QScrollArea,
+    QSlider,
+    QSpinBox,
+    QWidget,
+)
 
 from gui.widgets.sampler_tables import Knob
 
@@ -72,3 +84,37 @@ class KnobRow(QWidget):
             self.slider.setValue(v)
             self.slider.blockSignals(False)
         self.changed.emit()
+
+
+class _WheelGuard(QObject):
+    """Hands the wheel over a control that has no keyboard focus to the scroll area around it
+    (the panel scrolls); a control the user clicked or tabbed into takes it as usual."""
+
+    def __init__(self, area: QScrollArea) -> None:
+        super().__init__(area)
+        self.area = area
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() != QEvent.Type.Wheel or not isinstance(watched, QWidget):
+            return False
+        if watched.hasFocus():
+            return False
+        # sent on by hand: Qt offers an ignored wheel event to the parents only when it came
+        # from the window system, and the panel must scroll either way
+        QApplication.sendEvent(self.area.verticalScrollBar(), event)
+        return True
+
+
+CONTROLS = (QAbstractSlider, QAbstractSpinBox, QComboBox)
+
+
+def guard_wheel(area: QScrollArea) -> None:
+    """The wheel rule of most desktop apps, for every slider, spin box and combo box in the
+    scrolling panel ``area``: turning the wheel over one scrolls the panel unless that control
+    has the keyboard focus; the wheel no longer gives them the focus either."""
+    guard = _WheelGuard(area)
+    for control in area.widget().findChildren(QWidget):
+        if isinstance(control, CONTROLS):
+            if control.focusPolicy() == Qt.FocusPolicy.WheelFocus:
+                control.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            control.installEventFilter(guard)
