@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from engine.serve.remote import BAD_RESPONSE, LOGPROBS_NOT_ALLOWED, RemoteClient, RemoteError
-from engine.tree.scored import ScoredToken, TextScore, context_and_text
+from engine.tree.scored import ScoredToken, TextScore, context_and_text, new_score
 from engine.validate import InputError
 from engine.validate.prompt_logprobs import PromptPosition, prompt_positions
 
@@ -45,7 +45,7 @@ def score_served(bundle: Any, text: str, prompt: str = "", top_n: int = 5) -> Te
     rows = prompt_logprobs(client, full, n)
     start = max(len(head), 1)  # the first position predicted from some context
     local = not hasattr(tok, "client")  # a local tokenizer: decode here, not the server's text
-    out = TextScore(unscored=start - len(head))
+    out = new_score(prompt, start - len(head))
     for i in range(start, len(full)):
         pos = rows[i]
         assert pos is not None  # positions from 1 on are checked to be present

@@ -2,11 +2,11 @@
 surprisal and the top-N of its position; total log-probability and perplexity. One forward pass
 (a served model: one request for vLLM's ``prompt_logprobs``, ``engine.serve.remote_score``).
 
-Decoder-only: the text follows ``prompt`` (or the tokenizer's BOS when there is no prompt; with
-neither the first token has no context and is not scored). Encoder-decoder: ``prompt`` is the
-encoder input exactly as generation builds it (``ModelBundle.encode_prompt``: T5's ends in
-``</s>``), so a text's scores are the run's own probabilities, and every token of the text is
-scored as the decoder's output.
+Decoder-only: the text follows ``prompt`` (or the document start, ``scored.document_start``, when
+there is no prompt; without one the first token has no context and is not scored).
+Encoder-decoder: ``prompt`` is the encoder input exactly as generation builds it
+(``ModelBundle.encode_prompt``: T5's ends in ``</s>``), so a text's scores are the run's own
+probabilities, and every token of the text is scored as the decoder's output.
 
 The length is checked before any work: the text and its context must fit the model's context
 (``MAX_SCORE_TOKENS`` for a model that states none), as one forward pass holds a
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.tree.scored import ScoredToken, TextScore, context_and_text, text_ids
+from engine.tree.scored import ScoredToken, TextScore, context_and_text, new_score, text_ids
 
 __all__ = ["ScoredToken", "TextScore", "context_and_text", "score_text"]
 
@@ -80,7 +80,7 @@ def score_text(bundle: Any, text: str, prompt: str = "", top_n: int = 5) -> Text
             context, targets = start - len(head), full[start:]
             read = tuple(full[:start])
     logp = F.log_softmax(logits.float(), dim=-1)
-    out = TextScore(unscored=context, context_ids=read)
+    out = new_score(prompt, context, read)
     for i, t in enumerate(targets):
         row = logp[i]
         lp = float(row[t])
