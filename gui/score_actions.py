@@ -42,6 +42,12 @@ MAX_SCORE_FILE_BYTES = 1024 * 1024  # a text file to score; bigger is refused, n
 MAX_SCORE_CHARS = 200_000  # one forward pass over the whole text: keep it to a page or a few
 BRANCH_HINT = "Click a bar: branch here with that token."
 SCORE_TOP_N = 50  # candidates kept per token: the distribution plot's largest top-N
+CONTEXT_HINT = (
+    "Without a context the text is read as the start of a document: its first token is a "
+    "guess from nothing, marked \u201cno context\u201d and not counted as a surprise. A "
+    "sentence before it (the story so far, a title) makes the first words fairer. For a T5 "
+    "model the context is its encoder input."
+)
 
 
 class ScoreHost(Protocol):
@@ -93,7 +99,7 @@ class ScoreDialog(QDialog):
         self.text.setPlaceholderText("Paste a text here, or open a file.")
         self.context = QLineEdit(prompt)
         self.context.setObjectName("score_context")
-        self.context.setPlaceholderText("Optional: text before it (a T5 model's encoder input)")
+        self.context.setPlaceholderText("For example: Here is a short story.")
         open_file = QPushButton("Open a file…")
         open_file.clicked.connect(self._open)
         buttons = QDialogButtonBox(
@@ -106,8 +112,12 @@ class ScoreDialog(QDialog):
         how = "Every token is coloured by its rank in the model's list; click one to see more."
         layout.addWidget(QLabel(how))
         layout.addWidget(self.text, 1)
-        layout.addWidget(QLabel("Context"))
+        layout.addWidget(QLabel("<b>Context</b> (optional): what the model reads before the text"))
         layout.addWidget(self.context)
+        hint = QLabel(CONTEXT_HINT)
+        hint.setObjectName("score_context_hint")
+        hint.setWordWrap(True)
+        layout.addWidget(hint)
         layout.addWidget(open_file)
         layout.addWidget(buttons)
         self.resize(640, 420)
@@ -186,8 +196,9 @@ class ScoreActions:
         name = getattr(w.bundle, "name", "")
         self.view.show_score(score, self.steps, f"by {name}" if name else "")
         self.open_view()
-        if self.steps:
-            self.select(max(range(len(self.steps)), key=lambda i: self.steps[i].rank))
+        peak = score.peak()  # the most surprising token; a no-context first one left out
+        if peak is not None:
+            self.select(peak)
         w.status_text.setText(
             f"Scored {len(score.tokens)} tokens: perplexity {score.perplexity:.2f}. Click a "
             "token for the model's list there."
@@ -232,7 +243,8 @@ class ScoreActions:
         self.view.select(index)
         self.w.dist.set_step(self.steps[index])
         box = self.w.plots.dist_box
-        box.info.setText(describe_token(self.score.tokens[index], self.w.presenting))
+        alone = self.score.no_context and index == 0
+        box.info.setText(describe_token(self.score.tokens[index], self.w.presenting, alone))
         if box.hint.text() != BRANCH_HINT:
             self._hint = box.hint.text()
             box.hint.setText(BRANCH_HINT)

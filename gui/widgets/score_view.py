@@ -49,7 +49,13 @@ def score_steps(score: TextScore) -> list[Step]:
     return steps
 
 
-def token_tooltip(t: ScoredToken) -> str:
+NO_CONTEXT = (
+    "no context: read after the document start alone, a guess from nothing (not counted as "
+    "the most surprising)"
+)
+
+
+def token_tooltip(t: ScoredToken, no_context: bool = False) -> str:
     rows = "".join(
         f"<tr><td>{k + 1}.</td><td><code>{html.escape(repr(text))}</code></td>"
         f"<td align=right>{html.escape(pct(p))}</td></tr>"
@@ -58,13 +64,17 @@ def token_tooltip(t: ScoredToken) -> str:
     return (
         f"<b>Token {t.index + 1}</b>: <code>{html.escape(repr(t.text))}</code> (id {t.token_id})"
         f"<br>probability {html.escape(pct(math.exp(t.logprob)))}, rank {t.rank}, surprisal "
-        f"{t.surprisal:.2f} bits<br><table>{rows}</table>"
+        f"{t.surprisal:.2f} bits{f'<br><i>{NO_CONTEXT}</i>' if no_context else ''}"
+        f"<br><table>{rows}</table>"
     )
 
 
 def totals_text(score: TextScore) -> str:
     n = len(score.tokens)
     skipped = f" · {score.unscored} first token without context, not scored" * bool(score.unscored)
+    if score.no_context and score.tokens:
+        skipped = (f" · token {score.tokens[0].index + 1} (grey bar): no context, read after the"
+                   " document start alone; give a context for a fairer first word")  # fmt: skip
     return (
         f"<b>{n} tokens</b> · total log-probability <b>{score.total_logprob:.2f}</b> nats · "
         f"perplexity <b>{score.perplexity:.2f}</b>{skipped}"
@@ -88,10 +98,12 @@ class ScorePane(TokenPane):
         self.setPlaceholderText("File > Score a text…: paste or open a text to read it here.")
         self.mode = COLOR_BY_RANK
         self.scored: list[ScoredToken] = []
+        self.no_context = False  # the first token was read with no context
 
     def show_score(self, score: TextScore, steps: list[Step]) -> None:
         self.clear_tokens()
         self.scored = list(score.tokens)
+        self.no_context = score.no_context
         self.append_steps(steps)
         self.verticalScrollBar().setValue(0)  # read from the start
 
@@ -99,7 +111,8 @@ class ScorePane(TokenPane):
         if event.type() == QEvent.Type.ToolTip:
             index = self.step_at(event.pos())
             if index is not None and index < len(self.scored):
-                QToolTip.showText(event.globalPos(), token_tooltip(self.scored[index]), self)
+                first = self.no_context and index == 0
+                QToolTip.showText(event.globalPos(), token_tooltip(self.scored[index], first), self)
             else:
                 QToolTip.hideText()
             return True
@@ -107,8 +120,9 @@ class ScorePane(TokenPane):
 
 
 class SurprisalPlot(pg.PlotWidget):
-    """One bar per token: its surprisal in bits, coloured by its rank bucket; click a bar to
-    pick that token."""
+    """One bar per token at its token number (as the header and the text number it): its
+    surprisal in bits, coloured by its rank bucket, a no-context first token grey; click a bar
+    to pick that token."""
 
     token_clicked = Signal(int)
 
@@ -127,6 +141,8 @@ class SurprisalPlot(pg.PlotWidget):
         self.theme = LIGHT
         self.ranks: list[int] = []
         self.values = np.zeros(0)
+        self.numbers = np.zeros(0)  # each bar's token number (1-based, the header's)
+        self.grey = False  # the first bar is a no-context token
         self.scene().sigMouseClicked.connect(self._clicked)
         self.set_theme(LIGHT)
 
@@ -141,30 +157,39 @@ class SurprisalPlot(pg.PlotWidget):
         for name in ("left", "bottom"):
             self.getPlotItem().getAxis(name).label.setFont(font)
 
-    def set_tokens(self, surprisals: list[float], ranks: list[int]) -> None:
+    def set_tokens(self, surprisals: list[float], ranks: list[int],
+                   numbers: list[int] | None = None, grey_first: bool = False) -> None:  # fmt: skip
         self.values, self.ranks = np.asarray(surprisals, dtype=float), list(ranks)
+        first = numbers[0] if numbers else 1
+        self.numbers = np.asarray(numbers or range(first, first + len(ranks)), dtype=float)
+        self.grey = grey_first
         self._draw()
         self.mark(None)
 
     def _draw(self) -> None:
         n = len(self.values)
         brushes = [pg.mkBrush(self.theme.buckets[bucket_of(r)]) for r in self.ranks]
-        self.bars.setOpts(x=np.arange(n), height=self.values, brushes=brushes,
+        if self.grey and brushes:
+            brushes[0] = pg.mkBrush(self.theme.muted)
+        self.bars.setOpts(x=self.numbers, height=self.values, brushes=brushes,
                           pen=pg.mkPen(self.theme.muted, width=0.5))  # fmt: skip
-        self.setXRange(-0.6, max(n, 10) - 0.4, padding=0)
+        first = float(self.numbers[0]) if n else 1.0
+        self.setXRange(first - 0.6, first + max(n, 10) - 0.4, padding=0)
         top = float(self.values.max()) if n else 1.0
         self.setYRange(0, max(1.0, top * 1.15), padding=0)  # room for the top tick's label
 
     def mark(self, index: int | None) -> None:
-        self.marker.setVisible(index is not None)
-        if index is not None:
-            self.marker.setPos(index)
+        """Mark the bar of the ``index``-th token scored (a position, not a token number)."""
+        shown = index is not None and 0 <= index < len(self.numbers)
+        self.marker.setVisible(shown)
+        if shown:
+            self.marker.setPos(float(self.numbers[index]))
 
     def _clicked(self, event: object) -> None:
         pos = self.getPlotItem().getViewBox().mapSceneToView(event.scenePos())  # type: ignore[attr-defined]
-        i = round(pos.x())
-        if 0 <= i < len(self.values):
-            self.token_clicked.emit(i)
+        hit = np.flatnonzero(np.abs(self.numbers - pos.x()) <= 0.5)
+        if hit.size:
+            self.token_clicked.emit(int(hit[0]))
 
 
 class ScoreView(QWidget):
@@ -218,7 +243,8 @@ class ScoreView(QWidget):
         self.title.setText(f"<b>Scored text</b> {html.escape(what)}")
         self.totals.setText(totals_text(score))
         self.pane.show_score(score, steps)
-        self.plot.set_tokens([t.surprisal for t in score.tokens], [t.rank for t in score.tokens])
+        self.plot.set_tokens([t.surprisal for t in score.tokens], [t.rank for t in score.tokens],
+                             [t.index + 1 for t in score.tokens], score.no_context)  # fmt: skip
 
     def select(self, index: int | None) -> None:
         self.pane.select(index)
@@ -238,14 +264,18 @@ class ScoreView(QWidget):
         self.plot.set_font_size(max(8, points - 1))
 
 
-def describe_token(t: ScoredToken, compact: bool = False) -> str:
+def describe_token(t: ScoredToken, compact: bool = False, no_context: bool = False) -> str:
     """The line above the distribution plot while it shows a scored token (``compact``: the
-    presentation view, where two lines at 20 pt is all the room there is)."""
+    presentation view, where two lines at 20 pt is all the room there is); ``no_context``:
+    the token was read with no context."""
     p = html.escape(pct(math.exp(t.logprob)))
     word = f"<code>'{html.escape(short(t.text, 16 if compact else 24))}'</code>"
     if compact:
-        return f"<b>Token {t.index + 1}</b>: {word} {p} · rank {t.rank} · {t.surprisal:.1f} bits"
+        alone = " · no context" if no_context else ""
+        return (f"<b>Token {t.index + 1}</b>: {word} {p} · rank {t.rank} · "
+                f"{t.surprisal:.1f} bits{alone}")  # fmt: skip
+    alone = f" · <i>{NO_CONTEXT}</i>" if no_context else " · the model's own probabilities"
     return (
         f"<b>Scored token {t.index + 1}</b>: {word} {p}, rank {t.rank}, surprisal "
-        f"{t.surprisal:.2f} bits · the model's own probabilities (no sampler)"
+        f"{t.surprisal:.2f} bits{alone}"
     )

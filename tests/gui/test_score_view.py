@@ -46,7 +46,7 @@ def test_colours_follow_the_engines_ranks(qtbot, window, tiny_dir):
     want = score_text(window.bundle, TEXT, prompt=CONTEXT)  # the engine's own reading
     assert scoring.view.isVisible() and not window.output.isVisible()
     # the most surprising token is picked and stays in the plot after the job's last redraw
-    worst = max(range(len(want.tokens)), key=lambda i: want.tokens[i].rank)
+    worst = max(range(len(want.tokens)), key=lambda i: want.tokens[i].surprisal)
     assert scoring.selected == worst and window.dist.step.token_id == want.tokens[worst].token_id
     window.set_presentation(True)
     qtbot.waitUntil(lambda: window.dist.step is not None and window.dist.step.source == "score")
@@ -165,3 +165,64 @@ def test_a_long_title_wraps_instead_of_widening_the_column(qtbot):
     view.title.setText("<b>Scored text</b> by SmolLM2 135M Instruct (a long model name)")
     whole = view.title.fontMetrics().horizontalAdvance(view.title.text())
     assert view.minimumSizeHint().width() < min(420, whole)
+
+
+@pytest.fixture(scope="module")
+def chat_bos_dir(tmp_path_factory):
+    """A tiny model whose tokenizer's BOS opens a chat turn, as SmolLM2-Instruct's does."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from tiny_models import tiny_llama
+
+    words = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *"the cat sat on a mat and".split()]
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<|im_start|>",
+                                  eos_token="<|im_end|>")  # fmt: skip
+    path = tmp_path_factory.mktemp("models") / "chat-bos"
+    tiny_llama(5, vocab=len(words)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_no_context_marks_the_first_token_and_numbers_agree(qtbot, window, chat_bos_dir):
+    """Issue 34, item 4: with no context the first token is marked and left out of the
+    most-surprising pick; the header, the text's tooltip and the plot give a token the same
+    number."""
+    from gui.widgets.score_view import token_tooltip
+
+    load(qtbot, window, chat_bos_dir)
+    text = "the cat sat on a mat and the cat sat"
+    scoring = scored(qtbot, window, text, "")
+    score = scoring.score
+    assert score.no_context and score.unscored == 0
+    surprise = [t.surprisal for t in score.tokens]
+    assert scoring.selected == max(range(1, len(surprise)), key=surprise.__getitem__)
+    info = QTextDocument()
+    for k in (0, scoring.selected, len(surprise) - 1):
+        scoring.select(k)
+        info.setHtml(window.plots.dist_box.info.text())
+        number = score.tokens[k].index + 1
+        assert info.toPlainText().startswith(f"Scored token {number}:")
+        assert scoring.view.plot.marker.value() == number  # the plot's axis: the same number
+        assert f"Token {number}</b>" in token_tooltip(score.tokens[k])
+        assert ("no context" in info.toPlainText()) == (k == 0)
+    assert "no context" in scoring.view.totals.text()
+    ctx = scored(qtbot, window, text, "a mat and")
+    assert not ctx.score.no_context
+    assert ctx.selected == max(
+        range(len(ctx.score.tokens)), key=lambda i: ctx.score.tokens[i].surprisal
+    )
+
+
+def test_the_context_field_explains_itself(qtbot):
+    from PySide6.QtWidgets import QLabel
+
+    from gui.score_actions import ScoreDialog
+
+    dialog = ScoreDialog(None)
+    qtbot.addWidget(dialog)
+    hint = dialog.findChild(QLabel, "score_context_hint")
+    assert hint is not None and "start of a document" in hint.text()
+    assert "no context" in hint.text() and "T5" in hint.text()
