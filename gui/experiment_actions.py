@@ -18,7 +18,7 @@ from engine.classroom.lessons import ACTION_SAMPLE_STEP, ACTION_SWEEP, LessonSta
 from engine.drivers.workbench import RunRequest
 from engine.models.catalog import DECODER_ONLY, list_bundled
 from gui import experiment_jobs as jobs
-from gui.experiment_words import EXPERIMENT_PRESS
+from gui.experiment_words import EXPERIMENT_PRESS, only_setting
 from gui.theme import LIGHT
 from gui.views import RunView
 from gui.widgets.experiment_dialogs import LockstepDialog, RunsDialog, SweepDialog, parse_values
@@ -138,8 +138,12 @@ class ExperimentActions(QObject):
     def _key(self, where: jobs.Where, settings: Any) -> tuple[Any, ...]:
         return (where, settings, id(self.runner.workbench.bundle))
 
-    def sweep(self, setting: str, values: list[float]) -> bool:
+    def sweep(self, setting: str, values: list[float], only: bool = False) -> bool:
+        """One run per value of ``setting``; with ``only`` every other stage is off for the
+        sweep (the sampler panel's settings are not touched)."""
         where, base = self.where_prompt(), self.request(False).settings
+        if only:
+            base = only_setting(base, setting)
         self.plots.compare_view.clear_results()
         self.views.store.results.clear()
         work = partial(jobs.sweep_job, where=where, base=base, setting=setting, values=values)
@@ -178,7 +182,7 @@ class ExperimentActions(QObject):
 
     @Slot()
     def ask_sweep(self) -> None:
-        dialog = SweepDialog(self.window, self.lesson_sweep)
+        dialog = SweepDialog(self.window, self.lesson_sweep, self.request(False).settings)
         if dialog.exec() != SweepDialog.DialogCode.Accepted:
             return
         setting, text = dialog.chosen()
@@ -187,7 +191,7 @@ class ExperimentActions(QObject):
         except ValueError as exc:
             self.say(f"Sweep: {exc}")
             return
-        self.sweep(setting, values)
+        self.sweep(setting, values, dialog.only_this())
 
     @Slot()
     def ask_variation(self) -> None:
@@ -219,7 +223,7 @@ class ExperimentActions(QObject):
                 t.histogram.show_sample(result.sample, result.label)
                 self.say(f"Sampled {result.label}: {result.sample.n:,} draws.")
             elif name == "sweep":
-                t.sweep.show_rows(result.rows, result.seed)
+                t.sweep.show_rows(result.rows, result.seed, result.also_on)
                 self.say(f"Swept {len(result.rows)} values; the rows are in the Compare tab.")
             elif name == "variation":
                 t.variation.show_variation(result)

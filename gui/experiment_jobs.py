@@ -15,6 +15,7 @@ from engine.drivers.workbench import STOP
 from engine.errors import TokenizerMismatchError
 from engine.records import MethodResult, Progress
 from engine.sampling.settings import SamplerSettings
+from gui.experiment_words import others_on
 
 if TYPE_CHECKING:  # these modules import torch: the window opens before torch loads
     from engine.experiments.lockstep import LockstepStep, LockstepSummary
@@ -51,6 +52,7 @@ class SampleResult:
 class SweepResult:
     rows: tuple[SweepRow, ...]
     seed: int
+    also_on: tuple[str, ...] = ()  # the other stages on at every value ("top-k 40")
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def sweep_job(
         )  # fmt: skip
         if (yield result) is STOP:
             break
-    return SweepResult(tuple(rows), base.seed)
+    return SweepResult(tuple(rows), base.seed, tuple(others_on(base, setting)))
 
 
 def variation_job(bundle: Any, where: Where, base: SamplerSettings, runs: int) -> Variation:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -18,7 +19,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.experiments.records import MAX_RUNS
-from engine.sampling.settings import SWEEPABLE
+from engine.sampling.settings import SWEEPABLE, SamplerSettings
+from gui.experiment_words import others_on
 
 # The settings a class sweeps first, with values that show the change; any other SWEEPABLE
 # setting can be chosen too (the values box is then empty to fill in).
@@ -55,32 +57,63 @@ def _buttons(dialog: QDialog) -> QDialogButtonBox:
 
 
 class SweepDialog(QDialog):
-    """``preset``: a lesson stage's (setting, values), filled in."""
+    """``preset``: a lesson stage's (setting, values), filled in; ``current``: the sampler's
+    settings, whose other active stages the dialog names (they stay on at every value unless
+    "Only this setting" is ticked)."""
 
     def __init__(
-        self, parent: QWidget | None = None, preset: tuple[str, Sequence[float]] | None = None
-    ) -> None:
+        self, parent: QWidget | None = None, preset: tuple[str, Sequence[float]] | None = None,
+        current: SamplerSettings | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(parent)
         self.setWindowTitle("Sweep a setting")
+        self.current = current or SamplerSettings()
         self.setting = QComboBox()
         for name in (*SWEEP_DEFAULTS, *(s for s in SWEEPABLE if s not in SWEEP_DEFAULTS)):
             self.setting.addItem(name.replace("_", "-"), name)
         self.values = QLineEdit(SWEEP_DEFAULTS["temperature"])
         self.values.setObjectName("sweep_values")
+        self.also_on = QLabel()
+        self.also_on.setObjectName("sweep_also_on")
+        self.also_on.setWordWrap(True)
+        self.only = QCheckBox("Only this setting: the others off for the sweep")
+        self.only.setObjectName("sweep_only")
+        self.only.setToolTip("Your settings stay as they are; only the sweep's runs turn the "
+                             "other stages off.")  # fmt: skip
         form = QFormLayout(self)
         form.addRow(QLabel("The prompt and the seed stay; one run per value."))
         form.addRow("Setting", self.setting)
         form.addRow("Values", self.values)
+        form.addRow(self.also_on)
+        form.addRow(self.only)
         form.addRow(_buttons(self))
-        self.setting.currentIndexChanged.connect(
-            lambda _i: self.values.setText(SWEEP_DEFAULTS.get(self.chosen()[0], ""))
-        )
+        self.setting.currentIndexChanged.connect(self._setting_changed)
+        self.only.toggled.connect(lambda _on: self._say_also_on())
         if preset is not None:
             self.setting.setCurrentIndex(max(0, self.setting.findData(preset[0])))
             self.values.setText(", ".join(f"{v:g}" for v in preset[1]))
+        self._say_also_on()
+
+    def _setting_changed(self, _index: int) -> None:
+        self.values.setText(SWEEP_DEFAULTS.get(self.chosen()[0], ""))
+        self._say_also_on()
+
+    def _say_also_on(self) -> None:
+        on = others_on(self.current, self.chosen()[0])
+        self.only.setEnabled(bool(on))
+        if not on:
+            self.also_on.setText("Nothing else is on: the sweep shows this setting alone.")
+        elif self.only.isChecked():
+            self.also_on.setText(f"Off for the sweep: {', '.join(on)}.")
+        else:
+            self.also_on.setText(f"<b>Also on at every value</b>: {', '.join(on)}.")
 
     def chosen(self) -> tuple[str, str]:
         return str(self.setting.currentData()), self.values.text()
+
+    def only_this(self) -> bool:
+        """The other stages off for the sweep."""
+        return self.only.isEnabled() and self.only.isChecked()
 
 
 class RunsDialog(QDialog):

@@ -124,6 +124,7 @@ class SweepView(QWidget):
         self.split.setSizes([200, 260])  # the outputs need the rows more than the plot
         self.compact = False
         self._seed: int | None = None
+        self._also_on: tuple[str, ...] = ()
         layout = QVBoxLayout(self)
         layout.addLayout(button_row(self.run))
         layout.addWidget(self.info)
@@ -141,7 +142,7 @@ class SweepView(QWidget):
         self.plot.setVisible(not on)
         for column in COMPACT_HIDDEN:
             self.table.setColumnHidden(column, on)
-        self.show_rows(self.rows, self._seed)
+        self.show_rows(self.rows, self._seed, self._also_on)
 
     def set_font_size(self, points: int) -> None:
         font = tick_font(self.plot, points)
@@ -154,8 +155,11 @@ class SweepView(QWidget):
         key = " ".join(f"<span style='color:{c}'>━</span>&nbsp;{n}" for n, c in CURVES)
         self.plot.getPlotItem().setTitle(key)
 
-    def show_rows(self, rows: Sequence[SweepRow], seed: int | None = None) -> None:
-        self.rows, self._seed = list(rows), seed
+    def show_rows(
+        self, rows: Sequence[SweepRow], seed: int | None = None, also_on: Sequence[str] = ()
+    ) -> None:
+        """The rows; ``also_on``: the other stages that were on at every value."""
+        self.rows, self._seed, self._also_on = list(rows), seed, tuple(also_on)
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             cells = (f"{row.value:g}", f"{row.logprob:.1f}", f"{surprise(row):.2f}",
@@ -176,11 +180,13 @@ class SweepView(QWidget):
         setting = rows[0].setting.replace("_", "-")
         self.plot.setLabel("bottom", setting)
         same = "the same prompt and seed" + ("" if seed is None else f" {seed}")
+        on = ", ".join(self._also_on)
+        also = f" Also on: <b>{on}</b>." if on else " Nothing else on."
         self.info.setText(
-            f"<b>{setting}</b> at {len(rows)} values, {same}."
+            f"<b>{setting}</b> at {len(rows)} values, {same}.{also}"
             if self.compact
             else f"<b>{setting}</b> at {len(rows)} values, {same}: surprise per token, entropy "
-            "and distinct-2. The rows are in the Compare tab too."
+            f"and distinct-2.{also} The rows are in the Compare tab too."
         )
 
 
