@@ -112,6 +112,20 @@ class PromptBox(QGroupBox):
         top.addWidget(self.chat_template)
         layout.addLayout(top)
         layout.addWidget(self.editor)
+        # the tick as the user (a lesson, a restart) left it; None: never chosen, a model with
+        # a template ticks it (loading a model never overrides a choice: issue 34)
+        self.chat_choice: bool | None = None
+        self._describing = False
+        self.chat_template.toggled.connect(self._chosen)
+
+    def _chosen(self, on: bool) -> None:
+        if not self._describing:
+            self.chat_choice = on
+
+    def choose_chat(self, on: bool) -> None:
+        """Tick or untick the chat template as a choice (a restart, a tree opened)."""
+        self.chat_choice = on
+        self.chat_template.setChecked(on)
 
     def use_chat(self) -> bool:
         return self.chat_template.isChecked() if self.chat_template.isEnabled() else False
@@ -125,7 +139,10 @@ class PromptBox(QGroupBox):
                   "<b>Prompt</b>")
         )  # fmt: skip
         self.chat_template.setEnabled(has_chat_template)
-        self.chat_template.setChecked(has_chat_template)
+        self._describing = True
+        chosen = self.chat_choice
+        self.chat_template.setChecked(has_chat_template if chosen is None else chosen)
+        self._describing = False
         self.chat_template.setVisible(has_chat_template)  # room for the label when unused
 
 

@@ -26,7 +26,7 @@ from gui.widgets.token_pane import COLOR_BY_RANK
 if TYPE_CHECKING:
     from engine.models.loading import ModelBundle
     from gui.appearance import Appearance
-    from gui.panels import OutputBox, PlotArea
+    from gui.panels import OutputBox, PlotArea, PromptBox
     from gui.store import RunStore
     from gui.views import RunView
     from gui.widgets.method_panel import MethodPanel
@@ -53,6 +53,7 @@ class PersistHost(Protocol):
     store: RunStore
     views: RunView
     prompt: QPlainTextEdit
+    prompt_box: PromptBox
     sampler: SamplerPanel
     method: MethodPanel
     picker: ModelPicker
@@ -100,6 +101,8 @@ class Persistence:
         s.endGroup()
         s.beginGroup("prompt")
         s.setValue("text", h.prompt.toPlainText())
+        if h.prompt_box.chat_choice is not None:
+            s.setValue("chat_template", h.prompt_box.chat_choice)
         s.endGroup()
         h.sampler.save_state(s)
         h.method.save_state(s)
@@ -129,6 +132,9 @@ class Persistence:
         s.endGroup()
         s.beginGroup("prompt")
         h.prompt.setPlainText(check.text(s.value("text"), ""))
+        chat = s.value("chat_template")  # the tick as it was left (a model does not change it)
+        if chat is not None:
+            h.prompt_box.choose_chat(_flag(chat, True))
         s.endGroup()
         h.sampler.restore_state(s)
         h.method.restore_state(s)
@@ -203,6 +209,8 @@ class Persistence:
             change = h.store.restore_saved(saved)
         h.prompt.setPlainText(saved.editor_prompt)
         h.sampler.set_settings(saved.settings)
+        if h.prompt_box.chat_choice is None and (saved.steps or saved.tree is not None):
+            h.prompt_box.choose_chat(saved.chat_template)  # the restored run's, as it was
         # setting the prompt and settings above started the timer, but the file holds just
         # what the window now shows: rewriting it (seconds for a long run) would only freeze
         # the window right after it opens
@@ -263,3 +271,11 @@ class Persistence:
             return False
         h.status_text.setText(f"Exported {path}")
         return True
+
+
+def _flag(value: object, default: bool) -> bool:
+    """A yes/no from the settings file (an INI file gives "true", the registry a bool)."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    return True if word in ("true", "1") else False if word in ("false", "0") else default

@@ -129,6 +129,9 @@ class RunActions:
         if h.runner.busy:
             return
         h.runner.forget_run()
-        h.store.clear(tree=True)
+        h.store.clear(tree=True)  # the tree goes on the shelf of the session's trees
         h.views.clear()
         h._update_buttons()
+        if h.store.track.cleared is not None:
+            h.status_text.setText("Cleared. The tree is kept (Tree > Trees…); Undo brings it "
+                                  "back.")  # fmt: skip

@@ -95,8 +95,9 @@ class RunStore:
         return self.track.tree
 
     def clear(self, tree: bool = False) -> None:
-        """Forget the run (the comparison results stay); with ``tree`` its tree too (a new
-        run on the same prompt otherwise adds a branch to it)."""
+        """Forget the run (the comparison results stay); with ``tree`` its tree leaves the
+        screen too, for the shelf of the session's trees (a new run on the same prompt
+        otherwise adds a branch to it)."""
         if tree:
             self.track.forget()
         else:
@@ -214,6 +215,10 @@ class RunStore:
 
         return self.restored and self.method == SAMPLING and self.can_continue()
 
+    def can_undo(self) -> bool:
+        """A choice to take back, or a Clear (its tree comes back)."""
+        return self.choices.can_undo or (self.track.cleared is not None and self.tree is None)
+
     def can_continue(self) -> bool:
         """Steps exist and the run did not end its answer or fill the context."""
         if not self.steps or self.steps[-1].is_eos:
@@ -240,11 +245,10 @@ class RunStore:
 
         self.drain()
         cursor = tree.cursor
-        self.clear(tree=True)
+        self.track.adopt(tree, chat_template)  # the tree that was open goes on the shelf
+        self.clear()
         self.run = RunStarted(SAMPLING, tree.nodes[0].text, len(tree.prompt_ids),
                               dict(tree.settings), chat_template=chat_template)  # fmt: skip
-        self.track.adopt(tree, chat_template)
-        self.track.rewind(0)
         change = self._show(0, self.track.steps_to(cursor))
         change.reset = True
         return change
@@ -296,9 +300,11 @@ class RunStore:
             head.setdefault("method", self.run.method)
             head.setdefault("prompt", self.run.prompt)
             head.setdefault("chat_template", self.run.chat_template)
+        kept = self.track.shelf.kept
         return (
             json.dumps(head, ensure_ascii=False)[:-1]
             + (f', "tree": {self.track.json_text()}' if self._tree_fits() else "")
+            + (f', "trees": {self.track.shelf.json_text()}' if kept else "")
             + ', "steps": ['
             + ",".join(self._filled())
             + "]}"
@@ -341,12 +347,13 @@ class RunStore:
             self._restoring = False
         if saved.tree is not None and self.track.tree is not saved.tree:
             self._replay(saved.tree, saved.chat_template)  # its root is not the run's prompt
+        self.track.shelf.restore(saved.trees)  # the session's other trees
         self.restored = True
         return change
 
     def _replay(self, tree: Any, chat_template: bool) -> None:
         """The saved tree, with the saved steps as its path again (they carry the records)."""
-        self.track.adopt(tree, chat_template)
+        self.track.adopt(tree, chat_template, keep_open=False)
         self.track.rewind(0)
         for step in self.steps:
             self.track.add(step)

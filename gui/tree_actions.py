@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 from engine.records import SAMPLING, ChoiceHistory
 from engine.tree import RunTree, TreeFormatError
 from engine.tree.options import ExpandOptions
+from gui.tree_list import TreeList
 from gui.tree_track import path_copy
 
 FORK_BELOW, FORK_BITS = 0.5, 3.0  # a fork: the chosen token below 50 %, or above 3 bits
@@ -79,6 +80,7 @@ class TreeActions(QObject):
         menu.addSeparator()
         self.save_act = add("Save tree…", None, lambda: self.save_tree(), "Every branch, as JSON")
         self.open_act = add("Open tree…", None, lambda: self.open_tree_file(), "A saved tree")
+        self.trees = TreeList(w, self.open_tree, menu)  # Tree > Trees…, Undo after Clear
         file_menu = w.menuBar().actions()[0].menu()
         if file_menu is not None:  # the File menu offers them too, before Quit
             last = file_menu.actions()[-1]
@@ -150,6 +152,8 @@ class TreeActions(QObject):
     def undo(self) -> None:
         """Take back the last choice (the engine's own undo: the exact records it replaced),
         or, on a path the engine does not hold, go back to the node stood on before."""
+        if not self.runner.busy and self.trees.undo_clear():
+            return
         can = not self.store.restored and self.store.choices.can_undo
         self._undo_or_redo(self._back, self._forward, self.runner.undo if can else None)
 
@@ -305,18 +309,21 @@ class TreeActions(QObject):
 
     # -- files -------------------------------------------------------------------------------
 
-    def open_tree(self, tree: RunTree) -> None:
-        """Show ``tree`` (a file, a lesson's prepared tree): its path to the cursor in the
-        output and plots, the Tree tab in front. A run on it rebuilds the engine's session."""
+    def open_tree(self, tree: RunTree, chat: bool | None = None) -> None:
+        """Show ``tree`` (a file, a lesson's prepared tree, one of the session's): its path to
+        the cursor in the output and plots, the Tree tab in front; the prompt and the
+        chat-template tick become its own. A run on it rebuilds the engine's session."""
         w = self.w
         if self.runner.busy:
             self.runner.stop()
-            w.after_idle(lambda: self.open_tree(tree))
+            w.after_idle(lambda: self.open_tree(tree, chat))
             return
         w.refresh()
         self.runner.forget_run()
-        chat = tree.uses_chat_template()  # the file says how its prompt was read
+        if chat is None:
+            chat = tree.uses_chat_template()  # the file says how its prompt was read
         w.views.apply(self.store.adopt_tree(tree, chat), busy=False)
+        w.prompt_box.choose_chat(chat)
         if tree.nodes[0].text:
             w.prompt.setPlainText(tree.nodes[0].text)
         w.tabs.setCurrentWidget(self.view)

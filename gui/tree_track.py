@@ -4,7 +4,8 @@ already is), so no branch is ever lost. No Qt.
 ``path`` holds the node of each step the store shows (``path[i]`` is step i's node); a Rewind
 shortens it, a Step extends it under the node above. A new run on the same prompt starts again
 at the root (its tokens reuse the nodes they share with earlier runs and branch off where they
-differ); a different prompt starts a new tree."""
+differ); a different prompt (or chat-template choice) puts the tree on the shelf
+(``gui.tree_shelf``) and takes that prompt's tree from there, or starts a new one."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from engine.records import Candidate, Step
 from engine.tree import RunTree
 from engine.tree.model import node_dict
 from engine.tree.node import Node
+from gui.tree_shelf import KeptTree, TreeShelf
 
 TOP_KEPT = 5  # candidates copied into the node itself (the Step payload keeps them all)
 TINY = 1e-45  # the smallest float32 above 0: a forced token the model gave 0 still has a log
@@ -39,23 +41,41 @@ class TreeTrack:
         self._node_text: dict[int, str] = {}
         self._step_text: dict[int, tuple[Step, str]] = {}
         self._texts_of: RunTree | None = None
+        self.shelf = TreeShelf()  # the session's other trees
+        self.cleared: KeptTree | None = None  # what Clear put away, until something else opens
 
     def forget(self) -> None:
+        """Clear: the tree leaves the screen for the shelf (Undo takes it back)."""
+        self.cleared = self._put_away(cleared=True)
         self.tree, self.key, self.path = None, None, []
         self.revision += 1
 
+    def _put_away(self, cleared: bool = False) -> KeptTree | None:
+        if self.tree is None or self.key is None:
+            return None
+        return self.shelf.put(self.tree, self.key[1], cleared)
+
     def start(self, prompt: str, chat_template: bool | None) -> None:
-        """A run begins: at the root of this prompt's tree (a new tree for a new prompt)."""
+        """A run begins: at the root of this prompt's tree (the shelf's, or a new one; the
+        tree that was open goes on the shelf)."""
         key = (prompt, bool(chat_template))
         if self.tree is None or key != self.key:
-            self.tree, self.key = RunTree([], prompt), key
+            self._put_away()
+            kept = self.shelf.take(key)
+            self.tree, self.key = kept.tree if kept else RunTree([], prompt), key
             self.tree.chat_template = key[1]  # written in its file: a continuation needs it
+        self.cleared = None
         self.tree.cursor = 0
         self.path = []
         self.revision += 1
 
-    def adopt(self, tree: RunTree, chat_template: bool = False) -> None:
-        """Take a tree from a file (or the autosave); the path is the one to its cursor."""
+    def adopt(self, tree: RunTree, chat_template: bool = False, keep_open: bool = True) -> None:
+        """Take a tree from a file, the shelf or the autosave; the path is the one to its
+        cursor. The tree that was open goes on the shelf (unless ``keep_open`` is off)."""
+        if tree is not self.tree and keep_open:
+            self._put_away()
+        self.shelf.remove(tree)
+        self.cleared = None
         self.tree, self.key = tree, (tree.nodes[0].text, bool(chat_template))
         tree.chat_template = bool(chat_template)
         self.path = tree.path()

@@ -351,7 +351,7 @@ class MainWindow(QMainWindow):
             store.can_continue() and store.method not in BEAMS and not store.restored
         )
         a.continue_.setEnabled(not busy and can_go_on)
-        a.undo.setEnabled(not busy and store.choices.can_undo)
+        a.undo.setEnabled(not busy and store.can_undo())
         a.redo.setEnabled(not busy and store.choices.can_redo)
         a.clear.setEnabled(not busy)
 

@@ -17,12 +17,26 @@ from engine.records import RUN_METHODS, SAMPLING, Step
 from engine.sampling.settings import SamplerSettings
 from engine.validate.core import InputError, describe
 from engine.validate.jsonio import parse_json, read_json
-from engine.validate.limits import MAX_RUN_FILE_BYTES, MAX_STEPS, MAX_TEXT_CHARS
+from engine.validate.limits import (
+    MAX_RUN_FILE_BYTES,
+    MAX_SESSION_TREES,
+    MAX_STEPS,
+    MAX_TEXT_CHARS,
+)
 from engine.validate.steps import read_steps
 
 AUTOSAVE_FORMAT = "decoding-lab-autosave/1"
 
 Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+
+
+class _KeptTree(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    chat_template: bool = False
+    used_at: float = 0.0
+    cleared: bool = False
+    tree: dict[str, Any]
 
 
 class _Autosave(BaseModel):
@@ -42,6 +56,20 @@ class _Autosave(BaseModel):
     # the run's tree (engine.tree, "decoding-lab-tree/1"), checked by its own reader
     tree: dict[str, Any] | None = None
     tree_left_out: Annotated[int, Field(ge=0)] = 0  # nodes of a tree too large to be kept
+    # the session's other trees (the window's Trees list), each a tree file's object
+    trees: Annotated[list[_KeptTree], Field(max_length=MAX_SESSION_TREES)] = Field(
+        default_factory=list
+    )
+
+
+@dataclass(frozen=True)
+class SavedTree:
+    """One of the session's other trees, checked (``tree``: an ``engine.tree.RunTree``)."""
+
+    tree: Any
+    chat_template: bool
+    used_at: float
+    cleared: bool
 
 
 @dataclass(frozen=True)
@@ -57,6 +85,7 @@ class SavedRun:
     steps: list[Step]
     tree: Any = None  # engine.tree.RunTree | None: every branch of the run
     tree_left_out: int = 0  # a tree this large was left out (past the tree file's bound)
+    trees: tuple[SavedTree, ...] = ()  # the session's other trees, oldest first
 
 
 def parse_autosave(text: str | bytes, source: str = "the autosave") -> SavedRun:
@@ -80,13 +109,18 @@ def saved_run(data: Any, source: str = "the autosave") -> SavedRun:
         settings = SamplerSettings.from_dict(saved.settings)
     except (ValueError, TypeError) as exc:  # the settings' own checks (check_setting)
         raise InputError(f"settings: {exc}", source) from None
+    trees = tuple(
+        SavedTree(_tree(k.tree, source, f"trees[{i}]: the "), k.chat_template, k.used_at,
+                  k.cleared)
+        for i, k in enumerate(saved.trees)
+    )  # fmt: skip
     return SavedRun(
         saved.editor_prompt, saved.model, settings, saved.method, saved.prompt,
-        saved.chat_template, steps, _tree(saved.tree, source), saved.tree_left_out,
+        saved.chat_template, steps, _tree(saved.tree, source), saved.tree_left_out, trees,
     )  # fmt: skip
 
 
-def _tree(data: dict[str, Any] | None, source: str) -> Any:
+def _tree(data: dict[str, Any] | None, source: str, where: str = "the run's ") -> Any:
     if data is None:
         return None
     from engine.tree import RunTree, TreeFormatError
@@ -94,7 +128,7 @@ def _tree(data: dict[str, Any] | None, source: str) -> Any:
     try:
         return RunTree.from_json(data)
     except TreeFormatError as exc:
-        raise InputError(f"the run's {exc}", source) from None
+        raise InputError(f"{where}{exc}", source) from None
 
 
 def read_autosave(path: str | Path) -> SavedRun | None:

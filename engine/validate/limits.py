@@ -13,6 +13,7 @@ MAX_STEPS = 1_000_000
 MAX_CANDIDATES = 10_000
 MAX_TEXT_CHARS = 4 * MIB  # one prompt or token text
 MAX_TOKEN_ID = 2**31 - 1
+MAX_SESSION_TREES = 20  # the window's list of trees (the open one included), in the autosave
 
 # Lessons and other YAML.
 MAX_LESSON_BYTES = 256 * 1024  # the pure-Python YAML reader takes ~1.5 s for this much

@@ -15,7 +15,13 @@ from engine.tree.score import score_text
 from engine.tree.scored import ScoredToken, TextScore, context_and_text
 from tiny_models import tiny_llama
 
-WORDS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>", *"the cat sat on a mat".split()]
+WORDS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<s>",
+    *["the", "cat", "sat", "on", "a", "mat"],
+]
 
 
 def tokenizer(bos: str | None, words: list[str] = WORDS) -> PreTrainedTokenizerFast:

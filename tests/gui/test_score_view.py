@@ -170,20 +170,9 @@ def test_a_long_title_wraps_instead_of_widening_the_column(qtbot):
 @pytest.fixture(scope="module")
 def chat_bos_dir(tmp_path_factory):
     """A tiny model whose tokenizer's BOS opens a chat turn, as SmolLM2-Instruct's does."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from word_models import save_word_model
 
-    from tiny_models import tiny_llama
-
-    words = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *"the cat sat on a mat and".split()]
-    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<|im_start|>",
-                                  eos_token="<|im_end|>")  # fmt: skip
-    path = tmp_path_factory.mktemp("models") / "chat-bos"
-    tiny_llama(5, vocab=len(words)).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return save_word_model(tmp_path_factory.mktemp("models") / "chat-bos")
 
 
 def test_no_context_marks_the_first_token_and_numbers_agree(qtbot, window, chat_bos_dir):
@@ -193,7 +182,7 @@ def test_no_context_marks_the_first_token_and_numbers_agree(qtbot, window, chat_
     from gui.widgets.score_view import token_tooltip
 
     load(qtbot, window, chat_bos_dir)
-    text = "the cat sat on a mat and the cat sat"
+    text = "the cat sat on a mat and the dog ran far"
     scoring = scored(qtbot, window, text, "")
     score = scoring.score
     assert score.no_context and score.unscored == 0
