@@ -90,6 +90,7 @@ class Presentation:
         h.strip.setVisible(on)
         # every tab's name shown, shortened if it must be ("Experim…"), rather than a tab bar
         # that scrolls and cuts the first name ("istribution") at 20 pt
+        h.plots.tree_view.set_compact(on)
         h.plots.tabs.setUsesScrollButtons(not on)
         h.plots.tabs.setElideMode(Qt.TextElideMode.ElideRight)
         h.output.setTitle("Output" if on else h.output.normal_title)

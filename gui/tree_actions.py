@@ -18,6 +18,7 @@ from engine.tree import RunTree, TreeFormatError
 from engine.tree.options import ExpandOptions
 from gui.tree_list import TreeList
 from gui.tree_track import path_copy
+from gui.widgets.tree_rows import path_percent
 
 FORK_BELOW, FORK_BITS = 0.5, 3.0  # a fork: the chosen token below 50 %, or above 3 bits
 TREE_FILTER = "Decoding Lab tree (*.json)"
@@ -72,6 +73,11 @@ class TreeActions(QObject):
         add("Previous fork", "Shift+F8", lambda: self.fork(False), "The previous such step")
         add("Fork thresholds…", None, self.ask_thresholds, "What counts as a fork")
         menu.addSeparator()
+        add("Go to the prompt", None, lambda: self.goto(0), "The tree's root: the prompt")
+        add("Most likely branch", None, lambda: self.view.go_to_extreme(True),
+            "The leaf whose whole path is the most likely")  # fmt: skip
+        add("Least likely branch", None, lambda: self.view.go_to_extreme(False),
+            "The leaf whose whole path is the least likely")  # fmt: skip
         for text, keys, move in (("Go to parent", "Alt+Left", "parent"),
                                  ("Go to child", "Alt+Right", "child"),
                                  ("Next sibling", "Alt+Down", "next"),
@@ -208,10 +214,21 @@ class TreeActions(QObject):
     def ask_expand(self) -> None:
         from gui.widgets.expand_dialog import ExpandDialog
 
-        dialog = ExpandDialog(self.w, self.options)
+        dialog = ExpandDialog(self.w, self.options, self.describe_start())
         if dialog.exec() == ExpandDialog.DialogCode.Accepted:
             self.options = dialog.options()
             self.expand(self.options)
+
+    def describe_start(self) -> str:
+        """The node an expansion grows from, in words: the prompt, or the path's last words."""
+        tree = self.store.tree
+        if tree is None or tree.cursor == 0:
+            return "the prompt (the first tokens after it)"
+        node = tree.nodes[tree.cursor]
+        words = " ".join(tree.path_text().split())
+        tail = words if len(words) <= 60 else "…" + words[-59:]
+        return (f"node {node.id}, after “{tail}” ({node.depth} tokens, path "
+                f"{path_percent(node.path_logprob)})")  # fmt: skip
 
     def expand(self, opts: ExpandOptions) -> bool:
         """Grow the tree from the node you stand on, as a job (progress and Stop as a run's).

@@ -3,12 +3,16 @@ probabilities (the model's raw ones or those after the sampler)."""
 
 from __future__ import annotations
 
+import html
+
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QLabel,
     QSpinBox,
     QWidget,
 )
@@ -19,9 +23,15 @@ MAX_DEPTH, MAX_CHILDREN = 8, 20  # 20 ** 8 nodes would never end: the cutoffs ke
 
 
 class ExpandDialog(QDialog):
-    def __init__(self, parent: QWidget | None, last: ExpandOptions) -> None:
+    """``start``: the node it grows from, in words (the dialog names it at the top)."""
+
+    def __init__(self, parent: QWidget | None, last: ExpandOptions, start: str = "") -> None:
         super().__init__(parent)
         self.setWindowTitle("Expand by probability")
+        self.start = QLabel(f"<b>Grows from</b> {html.escape(start)}" if start else "")
+        self.start.setObjectName("expand_start")
+        self.start.setWordWrap(True)
+        self.start.setTextFormat(Qt.TextFormat.RichText)
         self.depth = QSpinBox(minimum=1, maximum=MAX_DEPTH, value=last.depth)
         self.children = QSpinBox(minimum=1, maximum=MAX_CHILDREN, value=last.max_children)
         self.cutoff = QComboBox()
@@ -36,6 +46,8 @@ class ExpandDialog(QDialog):
         self.probs.addItem("After the sampler", True)
         self.probs.setCurrentIndex(1 if last.use_sampler else 0)
         form = QFormLayout(self)
+        if start:
+            form.addRow(self.start)
         form.addRow("Depth (tokens)", self.depth)
         form.addRow("Children per node, at most", self.children)
         form.addRow("Keep children by", self.cutoff)

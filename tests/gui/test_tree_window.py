@@ -238,9 +238,10 @@ def test_the_tree_tab_draws_rows_colours_the_path_and_folds(qtbot, window):
     window.tabs.setCurrentWidget(window.plots.tree_view)
     window.tree.redraw(force=True)
     outline = window.plots.tree_view.outline
-    # one row for the stretch that does not fork, then the two branches under it
-    assert outline.topLevelItemCount() == 1
-    top = outline.topLevelItem(0)
+    # the prompt's row; under it one row for the stretch that does not fork, then the two
+    # branches under that
+    assert outline.topLevelItemCount() == 1 and outline.topLevelItem(0).childCount() == 1
+    top = outline.topLevelItem(0).child(0)
     assert top.text(0).startswith("<10><11>") and "+1 tokens" in top.text(0)
     kids = [top.child(i) for i in range(top.childCount())]
     assert [k.text(0) for k in kids] == ["<12><13>  (+1 tokens)", "<77>"]
