@@ -164,6 +164,10 @@ class OutputBox(QGroupBox):
         self.special.setToolTip(
             "Show tokens such as <|im_end|> as small grey marks; untick to hide them."
         )
+        # the presentation view's one line of prompt (the editor hides there): its end shows
+        self.prompt_line = ElidedLabel(mode=Qt.TextElideMode.ElideLeft, prefix="Prompt: ")
+        self.prompt_line.setObjectName("presentation_prompt")
+        self.prompt_line.hide()
         layout = QVBoxLayout(self)
         row = QHBoxLayout()  # the controls on one line, the key on its own full-width line
         row.addWidget(self.special)
@@ -171,6 +175,7 @@ class OutputBox(QGroupBox):
         row.addWidget(self.color_mode)
         layout.addLayout(row)
         layout.addWidget(self.legend)
+        layout.addWidget(self.prompt_line)
         layout.addWidget(self.pane, 1)
         self.special.toggled.connect(self.pane.set_show_special)
 
@@ -249,3 +254,11 @@ class PlotArea(QSplitter):
         self.addWidget(self.curves)
         self.setStretchFactor(0, 3)
         self.setStretchFactor(1, 2)
+        self.tabs.currentChanged.connect(lambda _i: self.fit_curves())
+
+    def fit_curves(self, allowed: bool = True) -> None:
+        """The speed and entropy curves are the run's: shown beside its distribution and beam
+        tree, hidden (their room to the tab) while the tree, a comparison or an experiment is
+        read; ``allowed`` off: hidden (the presentation view)."""
+        run_tabs = (self.dist_box, self.beam_panel)
+        self.curves.setVisible(allowed and self.tabs.currentWidget() in run_tabs)

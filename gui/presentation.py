@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QDockWidget, QMenuBar, QSplitter, QToolBar, QWidget
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QMenuBar,
+    QPlainTextEdit,
+    QSplitter,
+    QTabWidget,
+    QToolBar,
+    QWidget,
+)
 
 if TYPE_CHECKING:
     from gui.appearance import Appearance
@@ -20,6 +28,10 @@ if TYPE_CHECKING:
     from gui.views import RunView
 
 PRESENT_TOP_N = 8  # bars shown when the view opens (more labels at 20 pt do not fit 720 px)
+# The tabs' names at 20 pt: short enough that every one reads whole at 1280x720 (the full names
+# were cut to "Distributi…", "Experime…"); the full name is the tab's tooltip.
+SHORT_TABS = {"Distribution": "Bars", "Beam tree": "Beams", "Experiments": "Lab",
+              "Internals": "Inside"}  # fmt: skip
 
 
 class LessonDocks(Protocol):
@@ -32,6 +44,7 @@ class PresentationHost(Protocol):
 
     left: QWidget
     prompt_box: QWidget
+    prompt: QPlainTextEdit
     output: OutputBox
     plots: PlotArea
     status: StatusArea
@@ -52,6 +65,8 @@ class Presentation:
         self.host, self.appearance = host, appearance
         self._normal_sizes: list[int] = []  # the normal view's split, given back on leaving
         self._normal_top_n: int | None = None  # and its number of bars
+        self._tab_names: dict[QWidget, str] = {}  # the normal view's tab names
+        self._following = False  # the prompt line follows the editor
 
     @property
     def presenting(self) -> bool:
@@ -88,11 +103,14 @@ class Presentation:
             dock.setTitleBarWidget(QWidget() if on else None)
             dock.setMaximumWidth(int(h.width() * 0.3) if on else 16777215)
         h.strip.setVisible(on)
-        # every tab's name shown, shortened if it must be ("Experim…"), rather than a tab bar
-        # that scrolls and cuts the first name ("istribution") at 20 pt
+        h.plots.fit_curves(not on)
         h.plots.tree_view.set_compact(on)
+        self._show_prompt(on)
+        # every tab's name shown whole (short names), rather than a tab bar that scrolls and
+        # cuts the first name ("istribution") at 20 pt, or names cut to "Distributi…"
         h.plots.tabs.setUsesScrollButtons(not on)
         h.plots.tabs.setElideMode(Qt.TextElideMode.ElideRight)
+        self._name_tabs(h.plots.tabs, on)
         h.output.setTitle("Output" if on else h.output.normal_title)
         self.appearance.apply_zoom(self.appearance.font_pt)
         h.views.redraw(busy=False)
@@ -106,3 +124,23 @@ class Presentation:
                 top_n.setValue(self._normal_top_n)
             if self._normal_sizes:
                 h.splitter.setSizes(self._normal_sizes)
+
+    def _show_prompt(self, on: bool) -> None:
+        """One line above the output: the prompt the class reads the story from (the editor
+        is hidden), cut at its start when long."""
+        h = self.host
+        if not self._following:
+            h.prompt.textChanged.connect(lambda: self._show_prompt(self.presenting))
+            self._following = True
+        line = h.output.prompt_line
+        line.setVisible(on)
+        if on:
+            line.setText(" ".join(h.prompt.toPlainText().split()))
+
+    def _name_tabs(self, tabs: QTabWidget, short: bool) -> None:
+        if short:
+            self._tab_names = {tabs.widget(i): tabs.tabText(i) for i in range(tabs.count())}
+        for i in range(tabs.count()):
+            full = self._tab_names.get(tabs.widget(i), tabs.tabText(i))
+            tabs.setTabText(i, SHORT_TABS.get(full, full) if short else full)
+            tabs.setTabToolTip(i, full if short else "")

@@ -194,7 +194,10 @@ class ScoreActions:
         w = self.w
         self.score, self.steps = score, score_steps(score)
         name = getattr(w.bundle, "name", "")
-        self.view.show_score(score, self.steps, f"by {name}" if name else "")
+        context = " ".join(self.prompt.split())
+        after = f"after “{context if len(context) <= 80 else '…' + context[-79:]}”"
+        what = f"{f'by {name} · ' if name else ''}{after if context else 'no context'}"
+        self.view.show_score(score, self.steps, what)
         self.open_view()
         peak = score.peak()  # the most surprising token; a no-context first one left out
         if peak is not None:

@@ -67,12 +67,18 @@ class CompareView(QWidget):
         header.resizeSection(0, 130)  # long method names elide; the tooltip has them whole
         for i in range(1, len(COLUMNS) - 1):
             header.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
+        # the output takes what is left, and never less than a few words' width (a stretched
+        # section shrank to nothing once a hidden column came back in a narrow window)
+        header.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Interactive)
+        header.resizeSection(len(COLUMNS) - 1, 180)
+        header.setStretchLastSection(True)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 10)
+        self.table.verticalHeader().hide()  # the row numbers took the output's room
         self.detail = QPlainTextEdit()
         self.detail.setObjectName("compare_detail")
         self.detail.setReadOnly(True)
-        self.detail.setPlaceholderText("Select a row to read that method's whole output here.")
+        self.detail.setPlaceholderText("Every method's whole output appears here; select a row "
+                                       "to read only its own.")  # fmt: skip
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.table)
         split.addWidget(self.detail)
@@ -92,10 +98,16 @@ class CompareView(QWidget):
         self.status.setText(text)
 
     def _show_detail(self) -> None:
+        """The selected row's whole output; with none selected, every row's, one after the
+        other (the table's cells cut them to a few words)."""
         rows = self.table.selectionModel().selectedRows()
         if rows and rows[0].row() < len(self.results):
             r = self.results[rows[0].row()]
             self.detail.setPlainText(f"{r.method}:\n{r.text}")
+        else:
+            self.detail.setPlainText(
+                "\n\n".join(f"{r.method}: {' '.join(r.text.split())}" for r in self.results)
+            )
 
     def add_result(self, result: MethodResult) -> None:
         """A row as soon as a method finishes (speed-ups follow once the baseline is in)."""
@@ -125,3 +137,15 @@ class CompareView(QWidget):
                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
                     )
                 self.table.setItem(row, col, item)
+        self._hide_empty_columns()
+        self._show_detail()
+
+    def _hide_empty_columns(self) -> None:
+        """A column with "–" in every row (no speed-up without a plain run, no acceptance
+        without drafts: a sweep's rows) is hidden; its room goes to the output."""
+        t = self.table
+        for col in range(1, len(COLUMNS) - 1):
+            cells = [t.item(r, col) for r in range(t.rowCount())]
+            empty = bool(cells) and all(c is None or c.text() in ("–", "") for c in cells)
+            if t.isColumnHidden(col) != empty:  # (showing a shown column lays them out again)
+                t.setColumnHidden(col, empty)

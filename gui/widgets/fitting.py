@@ -4,7 +4,7 @@ on one line (a legend that never takes two lines)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QFontMetrics, QPaintEvent, QResizeEvent, QTextDocument
 from PySide6.QtWidgets import (
     QComboBox,
@@ -21,12 +21,17 @@ class ElidedLabel(QLabel):
     """Plain text on one line, cut with "…" when the box is too narrow; the tooltip then
     holds the whole text (a status message must never widen the window, nor be lost)."""
 
-    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+    def __init__(
+        self, text: str = "", parent: QWidget | None = None,
+        mode: Qt.TextElideMode = Qt.TextElideMode.ElideRight, prefix: str = "",
+    ) -> None:  # fmt: skip
         super().__init__(parent)
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.setMinimumWidth(1)
         self._full = ""
+        self._mode = mode  # ElideLeft: the end of the text matters (a prompt's last words)
+        self._prefix = prefix  # shown whole before the text ("Prompt: ")
         self.setText(text)
 
     def text(self) -> str:  # the whole message, as set (what is drawn: shown_text)
@@ -46,11 +51,28 @@ class ElidedLabel(QLabel):
         super().resizeEvent(event)
         self._elide()
 
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # the presentation view, A+ / A-
+            self._elide()
+
     def _elide(self) -> None:
-        room = max(1, self.contentsRect().width())
-        shown = QFontMetrics(self.font()).elidedText(self._full, Qt.TextElideMode.ElideRight, room)
-        super().setText(shown)
+        metrics = QFontMetrics(self.font())
+        room = max(1, self.contentsRect().width() - metrics.horizontalAdvance(self._prefix))
+        shown = metrics.elidedText(self._full, self._mode, room)
+        if self._mode == Qt.TextElideMode.ElideLeft and shown != self._full:
+            shown = _from_a_word(self._full, shown)
+        super().setText(self._prefix + shown if self._full else "")
         self.setToolTip(self._full if shown != self._full else "")
+
+
+def _from_a_word(full: str, shown: str) -> str:
+    """A text cut at its start ("…ce upon a time") begun at a word instead ("… upon a time")."""
+    tail = shown[1:]  # after the "…"
+    cut = len(full) - len(tail)
+    if cut <= 0 or full[cut - 1] == " " or " " not in tail:
+        return shown
+    return "…" + tail[tail.index(" ") :]
 
 
 class OneLineLabel(QLabel):

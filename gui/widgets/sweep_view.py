@@ -4,6 +4,7 @@ The views only draw the engine's ``SweepRow`` / ``Variation`` records they are h
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
@@ -38,7 +40,7 @@ SWEEP_TIPS = (
 )
 CURVES = (("surprise (bits/token)", "#0072b2"), ("entropy (bits)", "#e69f00"),
           ("distinct-2 (0–1)", "#009e73"))  # fmt: skip
-COMPACT_HIDDEN = (1, 3, 4)  # log-prob, entropy, distinct-2: the presentation view keeps three
+OUTPUT = len(SWEEP_COLUMNS) - 1  # the table's output column: hidden, the pane below has them
 VARIATION_COLUMNS = ("Runs", "Share", "Differs at", "Output")
 
 
@@ -118,10 +120,18 @@ class SweepView(QWidget):
         }  # fmt: skip
         self.plot.setMinimumHeight(150)  # below that the ticks of three curves pile up
         item.getAxis("left").setStyle(maxTickLevel=0)
+        self.table.setColumnHidden(OUTPUT, True)
+        # every output whole, wrapped, one paragraph per value (in a table's cell they were
+        # cut to "named Ereb…" and two rows showed at 1280x720)
+        self.outputs = QTextBrowser()
+        self.outputs.setObjectName("sweep_outputs")
+        self.outputs.setPlaceholderText("Each value's output appears here, whole.")
         self.split = QSplitter(Qt.Orientation.Vertical)
         self.split.addWidget(self.plot)
         self.split.addWidget(self.table)
-        self.split.setSizes([200, 260])  # the outputs need the rows more than the plot
+        self.split.addWidget(self.outputs)
+        self.split.setStretchFactor(2, 1)
+        self.split.setSizes([150, 150, 300])  # the outputs need the room more than the plot
         self.compact = False
         self._seed: int | None = None
         self._also_on: tuple[str, ...] = ()
@@ -137,11 +147,11 @@ class SweepView(QWidget):
         self._title()
 
     def set_compact(self, on: bool) -> None:
-        """The presentation view: the values and the outputs only, big (no plot)."""
+        """The presentation view: the outputs only, big, each with its value and its
+        surprise (no plot, no table)."""
         self.compact = on
         self.plot.setVisible(not on)
-        for column in COMPACT_HIDDEN:
-            self.table.setColumnHidden(column, on)
+        self.table.setVisible(not on)
         self.show_rows(self.rows, self._seed, self._also_on)
 
     def set_font_size(self, points: int) -> None:
@@ -168,6 +178,8 @@ class SweepView(QWidget):
                 self.table.setItem(r, c, cell(text, right=True))
             out = " ".join(row.text.split())
             self.table.setItem(r, len(cells), cell(out, tip=row.text))
+        self._fit_table()
+        self.outputs.setHtml(outputs_html(rows))
         if not rows:
             for curve in self.curves.values():
                 curve.setData([], [])
@@ -188,6 +200,24 @@ class SweepView(QWidget):
             else f"<b>{setting}</b> at {len(rows)} values, {same}: surprise per token, entropy "
             f"and distinct-2.{also} The rows are in the Compare tab too."
         )
+
+    def _fit_table(self) -> None:
+        """The table as tall as its rows (the outputs below take the rest)."""
+        t = self.table
+        rows = sum(t.rowHeight(r) for r in range(t.rowCount()))
+        t.setMaximumHeight(t.horizontalHeader().height() + rows + 2 * t.frameWidth() + 2)
+
+
+def outputs_html(rows: Sequence[SweepRow]) -> str:
+    """One paragraph per value: the value and its surprise in bold, then the whole output."""
+    if not rows:
+        return ""
+    name = rows[0].setting.replace("_", "-")
+    return "".join(
+        f"<p><b>{html.escape(name)} {row.value:g}</b> · {surprise(row):.2f} bits/token<br>"
+        f"{html.escape(' '.join(row.text.split()))}</p>"
+        for row in rows
+    )
 
 
 class VariationView(QWidget):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtCore import QEvent, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
@@ -25,6 +25,8 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QSizePolicy,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -70,6 +72,34 @@ def prob_colour(p: float) -> str:
     return next(c for low, c, _ in PROB_COLOURS if p >= low)
 
 
+class _WrapText(QStyledItemDelegate):
+    """The text column's rows as tall as their wrapped text at the column's width (a tree
+    view's own size hint ignores the width and the default delegate then elides)."""
+
+    def __init__(self, view: QTreeWidget) -> None:
+        super().__init__(view)
+        self.view = view
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: Any) -> None:  # noqa: N802
+        super().initStyleOption(option, index)
+        option.features |= QStyleOptionViewItem.ViewItemFeature.WrapText
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: Any) -> QSize:  # noqa: N802
+        hint = super().sizeHint(option, index)
+        if index.column() != 0:
+            return hint
+        depth, up = 0, index.parent()
+        while up.isValid():
+            depth, up = depth + 1, up.parent()
+        room = self.view.columnWidth(0) - self.view.indentation() * (depth + 1) - 8
+        font = index.data(Qt.ItemDataRole.FontRole) or option.font
+        text = str(index.data(Qt.ItemDataRole.DisplayRole) or "")
+        rect = QFontMetrics(font).boundingRect(
+            QRect(0, 0, max(40, room), 100_000), int(Qt.TextFlag.TextWordWrap), text
+        )
+        return QSize(hint.width(), max(hint.height(), rect.height() + 4))
+
+
 class _Outline(QTreeWidget):
     key_move = Signal(str)
 
@@ -84,6 +114,10 @@ class _Outline(QTreeWidget):
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self.scheduleDelayedItemsLayout()  # wrapped rows take the new width's height
+
+    def relayout(self, *_args: object) -> None:
+        """A column was resized: the wrapped rows are measured again."""
+        self.scheduleDelayedItemsLayout()
 
 
 class TreeView(QWidget):
@@ -156,11 +190,14 @@ class TreeView(QWidget):
         out.headerItem().setToolTip(3, "The path's log-probability (natural log)")
         out.headerItem().setToolTip(4, "The path's perplexity: exp of the mean surprise per token")
         out.setWordWrap(True)  # a row shows its whole stretch, wrapped between words
+        out.setTextElideMode(Qt.TextElideMode.ElideNone)
         out.setUniformRowHeights(False)
+        out.setItemDelegateForColumn(0, _WrapText(out))
         out.setIndentation(14)
         header = out.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.sectionResized.connect(out.relayout)
         for col in NUMBERS:  # sized once per build: ResizeToContents re-measured every row
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)  # per change
 

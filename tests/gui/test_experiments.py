@@ -103,6 +103,9 @@ def test_sweep_rows_reach_the_compare_tab(qtbot, ready):
     shown = w.plots.experiments.sweep.rows
     assert [x.token_ids for x in shown] == [x.token_ids for x in expected]
     assert w.plots.experiments.sweep.table.item(1, 1).text() == f"{expected[1].logprob:.1f}"
+    pane = w.plots.experiments.sweep.outputs.toPlainText()  # each output whole, in order
+    at = [pane.index(" ".join(row.text.split())) for row in expected]
+    assert at == sorted(at)
 
 
 def test_variation_groups_equal_the_engines(qtbot, ready):
@@ -162,7 +165,7 @@ def test_the_presentation_view_keeps_what_a_back_row_reads(qtbot, ready):
     w.set_presentation(True)
     wait_drawn(qtbot, lambda: t.sweep.compact and t.lockstep.compact and t.histogram.compact)
     assert t.sweep.plot.isHidden() and t.lockstep.plots.isHidden()
-    assert t.sweep.table.isColumnHidden(1) and not t.sweep.table.isColumnHidden(5)
+    assert t.sweep.table.isHidden() and not t.sweep.outputs.isHidden()  # the outputs, whole
     assert "distance" in t.histogram.info.text() and "degrees" not in t.histogram.info.text()
     # the rows shown fit the plot at the bigger font: fewer (or as many) as before
     line = QFontMetrics(t.histogram._tick_font).lineSpacing()
@@ -171,4 +174,4 @@ def test_the_presentation_view_keeps_what_a_back_row_reads(qtbot, ready):
     assert shown <= 4 or (shown + 2) * line <= t.histogram.plot.height() * 1.05
     w.set_presentation(False)
     wait_drawn(qtbot, lambda: not t.sweep.compact)
-    assert not t.sweep.plot.isHidden() and not t.sweep.table.isColumnHidden(1)
+    assert not t.sweep.plot.isHidden() and not t.sweep.table.isHidden()

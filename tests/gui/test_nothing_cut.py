@@ -1,0 +1,84 @@
+"""Issue 34, item 5 (text that matters is cut off): the presentation view shows the prompt on
+one line (its end kept), every tab's name whole, the tree's rows wrapped; a sweep's outputs
+and a comparison's read whole in a text pane; the Compare tab hides columns with nothing in
+them (a sweep's rows had four "–" columns and the output cut to "na…")."""
+
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QLabel
+from test_tree_answers import step
+
+from engine.records import MethodResult, RunStarted
+
+STORY = (
+    "Once upon a time, in a kingdom by the sea, there lived a dragon who collected "
+    "lighthouses, and every night it polished their lamps until they shone like stars"
+)
+
+
+def presenting(qtbot, window):
+    window.resize(1280, 720)
+    window.set_presentation(True)
+    qtbot.wait(50)
+
+
+def test_the_presentation_view_shows_the_prompt(qtbot, window):
+    window.prompt.setPlainText("Once upon a time, a dragon")
+    presenting(qtbot, window)
+    line = window.output.findChild(QLabel, "presentation_prompt")
+    assert line is not None and line.isVisible()
+    shown = line.shown_text()
+    assert shown.startswith("Prompt: ") and shown.endswith("Once upon a time, a dragon"[-8:])
+    if "…" in shown:  # too long for the line at 20 pt: cut at its start, before a word
+        assert shown.startswith("Prompt: … ")
+    window.prompt.setPlainText(STORY * 3)  # longer than the line: the start is cut
+    shown = line.shown_text()
+    assert shown.startswith("Prompt: … ") and shown.endswith("shone like stars")
+    assert QFontMetrics(line.font()).horizontalAdvance(shown) <= line.contentsRect().width()
+    window.set_presentation(False)
+    assert not line.isVisible()
+
+
+def test_every_tab_name_reads_whole_in_the_presentation_view(qtbot, window):
+    presenting(qtbot, window)
+    bar = window.plots.tabs.tabBar()
+    for i in range(bar.count()):  # a tab narrower than its name's size is elided ("Tr…")
+        assert bar.tabRect(i).width() >= bar.tabSizeHint(i).width(), bar.tabText(i)
+        assert bar.tabToolTip(i)  # the full name
+    window.set_presentation(False)
+    assert [bar.tabText(i) for i in range(bar.count())][:5] == [
+        "Distribution", "Beam tree", "Compare", "Tree", "Experiments"]  # fmt: skip
+
+
+def test_tree_rows_wrap_in_the_presentation_view(qtbot, window):
+    store = window.store
+    store.push(RunStarted("sampling", "p", 2))
+    words = STORY.split(" ")
+    store.inbox.extend(step(i, 10 + i, 0.9, " " + w) for i, w in enumerate(words))
+    window.drain()
+    window.tabs.setCurrentWidget(window.plots.tree_view)
+    presenting(qtbot, window)
+    window.tree.redraw(force=True)
+    outline = window.plots.tree_view.outline
+    item = outline.topLevelItem(0).child(0)
+    qtbot.waitUntil(lambda: outline.visualItemRect(item).height() > 0)
+    width = outline.columnWidth(0) - 2 * outline.indentation()
+    metrics = QFontMetrics(item.font(0))
+    lines = metrics.horizontalAdvance(item.text(0)) // max(1, width) + 1
+    assert lines > 1 and "…" not in item.text(0)
+    qtbot.waitUntil(lambda: outline.visualItemRect(item).height() >= lines * metrics.height())
+    assert outline.isColumnHidden(3) and outline.isColumnHidden(4)  # log p, ppl: room for text
+
+
+def test_a_sweeps_rows_in_compare_read_whole(qtbot, window):
+    view = window.compare_view
+    texts = [f" named Erebo had a daughter number {i} who " + "flew far " * 12 for i in range(5)]
+    view.show_results([MethodResult(method=f"temp {i / 2:g}", token_ids=(1, 2), text=t,
+                                    seconds=0.5, forward_passes=30)
+                       for i, t in enumerate(texts)])  # fmt: skip
+    table = view.table
+    hidden = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())
+              if table.isColumnHidden(c)]  # fmt: skip
+    assert hidden == ["×", "Accepted", "=greedy"]  # nothing but "–" in them
+    assert table.verticalHeader().isHidden()
+    detail = view.detail.toPlainText()
+    assert all(" ".join(t.split()) in detail for t in texts)  # every output whole
