@@ -164,10 +164,6 @@ class OutputBox(QGroupBox):
         self.special.setToolTip(
             "Show tokens such as <|im_end|> as small grey marks; untick to hide them."
         )
-        # the presentation view's one line of prompt (the editor hides there): its end shows
-        self.prompt_line = ElidedLabel(mode=Qt.TextElideMode.ElideLeft, prefix="Prompt: ")
-        self.prompt_line.setObjectName("presentation_prompt")
-        self.prompt_line.hide()
         layout = QVBoxLayout(self)
         row = QHBoxLayout()  # the controls on one line, the key on its own full-width line
         row.addWidget(self.special)
@@ -175,7 +171,6 @@ class OutputBox(QGroupBox):
         row.addWidget(self.color_mode)
         layout.addLayout(row)
         layout.addWidget(self.legend)
-        layout.addWidget(self.prompt_line)
         layout.addWidget(self.pane, 1)
         self.special.toggled.connect(self.pane.set_show_special)
 

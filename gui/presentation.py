@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gui.menus import Actions
     from gui.panels import OutputBox, PlotArea, StatusArea
     from gui.views import RunView
+    from gui.widgets.presenter_strip import PresenterStrip
 
 PRESENT_TOP_N = 8  # bars shown when the view opens (more labels at 20 pt do not fit 720 px)
 # The tabs' names at 20 pt: short enough that every one reads whole at 1280x720 (the full names
@@ -48,7 +49,7 @@ class PresentationHost(Protocol):
     output: OutputBox
     plots: PlotArea
     status: StatusArea
-    strip: QWidget  # the presenter's sliders
+    strip: PresenterStrip  # the presenter's sliders and the prompt's line
     splitter: QSplitter
     views: RunView
     acts: Actions
@@ -126,16 +127,14 @@ class Presentation:
                 h.splitter.setSizes(self._normal_sizes)
 
     def _show_prompt(self, on: bool) -> None:
-        """One line above the output: the prompt the class reads the story from (the editor
+        """One line under the sliders: the prompt the class reads the story from (the editor
         is hidden), cut at its start when long."""
         h = self.host
         if not self._following:
             h.prompt.textChanged.connect(lambda: self._show_prompt(self.presenting))
             self._following = True
-        line = h.output.prompt_line
-        line.setVisible(on)
         if on:
-            line.setText(" ".join(h.prompt.toPlainText().split()))
+            h.strip.prompt_line.setText(" ".join(h.prompt.toPlainText().split()))
 
     def _name_tabs(self, tabs: QTabWidget, short: bool) -> None:
         if short:

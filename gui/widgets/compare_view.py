@@ -139,6 +139,10 @@ class CompareView(QWidget):
                 self.table.setItem(row, col, item)
         self._hide_empty_columns()
         self._show_detail()
+        rows = sum(self.table.rowHeight(r) for r in range(self.table.rowCount()))
+        head = self.table.horizontalHeader().sizeHint().height()
+        # as tall as its rows, the whole outputs below take the rest
+        self.table.setMaximumHeight(max(120, head + rows + 2 * self.table.frameWidth() + 2))
 
     def _hide_empty_columns(self) -> None:
         """A column with "–" in every row (no speed-up without a plain run, no acceptance

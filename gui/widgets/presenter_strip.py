@@ -1,5 +1,7 @@
 """The presentation view's sampler: one strip of big sliders (temperature, top-k, top-p, min-p)
-that mirrors the sampler panel both ways, so the class sees the knob the teacher moves."""
+that mirrors the sampler panel both ways, so the class sees the knob the teacher moves; and
+under it, across the window, the prompt on one line (the editor is hidden there: the class
+would read a story with no beginning), cut at its start when long."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from engine.sampling.settings import SamplerSettings
+from gui.widgets.fitting import ElidedLabel
 from gui.widgets.sampler_panel import KNOBS, KnobRow, SamplerPanel
 
 STRIP_FIELDS = ("temperature", "top_k", "top_p", "min_p")
@@ -21,9 +24,15 @@ class PresenterStrip(QWidget):
         self.setObjectName("presenter_strip")
         self.sampler = sampler
         self.rows: dict[str, KnobRow] = {}
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 4, 8, 4)
+        self.prompt_line = ElidedLabel(mode=Qt.TextElideMode.ElideLeft, prefix="Prompt: ")
+        self.prompt_line.setObjectName("presentation_prompt")
+        column = QVBoxLayout(self)
+        column.setContentsMargins(8, 4, 8, 4)
+        column.setSpacing(2)
+        layout = QHBoxLayout()
         layout.setSpacing(12)
+        column.addLayout(layout)
+        column.addWidget(self.prompt_line)
         for knob in KNOBS:
             if knob.field not in STRIP_FIELDS:
                 continue

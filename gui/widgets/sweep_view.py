@@ -136,8 +136,10 @@ class SweepView(QWidget):
         self._seed: int | None = None
         self._also_on: tuple[str, ...] = ()
         layout = QVBoxLayout(self)
-        layout.addLayout(button_row(self.run))
-        layout.addWidget(self.info)
+        top = QHBoxLayout()  # the button beside its words: a line more for the outputs
+        top.addWidget(self.run, 0, Qt.AlignmentFlag.AlignTop)
+        top.addWidget(self.info, 1)
+        layout.addLayout(top)
         layout.addWidget(self.split, 1)
         self.run.clicked.connect(self.sweep_requested)
         self.set_theme(LIGHT)
@@ -194,18 +196,21 @@ class SweepView(QWidget):
         same = "the same prompt and seed" + ("" if seed is None else f" {seed}")
         on = ", ".join(self._also_on)
         also = f" Also on: <b>{on}</b>." if on else " Nothing else on."
-        self.info.setText(
-            f"<b>{setting}</b> at {len(rows)} values, {same}.{also}"
-            if self.compact
-            else f"<b>{setting}</b> at {len(rows)} values, {same}: surprise per token, entropy "
-            f"and distinct-2.{also} The rows are in the Compare tab too."
-        )
+        self.info.setText(f"<b>{setting}</b> at {len(rows)} values, {same}.{also}")
+        self.info.setToolTip("Surprise per token, entropy and distinct-2 per value; the rows "
+                             "are in the Compare tab too.")  # fmt: skip
 
     def _fit_table(self) -> None:
         """The table as tall as its rows (the outputs below take the rest)."""
         t = self.table
+        t.resizeRowsToContents()
         rows = sum(t.rowHeight(r) for r in range(t.rowCount()))
-        t.setMaximumHeight(t.horizontalHeader().height() + rows + 2 * t.frameWidth() + 2)
+        tall = t.horizontalHeader().sizeHint().height() + rows + 2 * t.frameWidth() + 2
+        t.setMaximumHeight(tall)
+        sizes = self.split.sizes()
+        if sum(sizes) and not self.compact:
+            rest = max(0, sum(sizes) - sizes[0] - tall)
+            self.split.setSizes([sizes[0], tall, rest])
 
 
 def outputs_html(rows: Sequence[SweepRow]) -> str:

@@ -55,7 +55,7 @@ PROB_COLOURS = (
 )
 COLUMNS = ("Text", "p", "path", "log p", "ppl")
 NUMBERS = (1, 2, 3, 4)
-COMPACT_HIDDEN = (3, 4)  # the presentation view keeps the percentages: the lesson's language
+COMPACT_HIDDEN = (4,)  # the presentation view: perplexity hides (log p tells deep paths apart)
 KEYS = {
     Qt.Key.Key_Left: "parent",
     Qt.Key.Key_Right: "child",
@@ -92,10 +92,10 @@ class _WrapText(QStyledItemDelegate):
         while up.isValid():
             depth, up = depth + 1, up.parent()
         room = self.view.columnWidth(0) - self.view.indentation() * (depth + 1) - 8
-        font = index.data(Qt.ItemDataRole.FontRole) or option.font
-        text = str(index.data(Qt.ItemDataRole.DisplayRole) or "")
-        rect = QFontMetrics(font).boundingRect(
-            QRect(0, 0, max(40, room), 100_000), int(Qt.TextFlag.TextWordWrap), text
+        drawn = QStyleOptionViewItem(option)
+        self.initStyleOption(drawn, index)  # the font as painted: the row's bold on the view's
+        rect = QFontMetrics(drawn.font).boundingRect(
+            QRect(0, 0, max(40, room), 100_000), int(Qt.TextFlag.TextWordWrap), drawn.text
         )
         return QSize(hint.width(), max(hint.height(), rect.height() + 4))
 
@@ -237,7 +237,7 @@ class TreeView(QWidget):
         out.setUpdatesEnabled(True)
 
     def set_compact(self, on: bool) -> None:
-        """The presentation view: the text and the percentages (log p and perplexity hide)."""
+        """The presentation view: the text, the percentages and log p (perplexity hides)."""
         self.compact = on
         for col in COMPACT_HIDDEN:
             self.outline.setColumnHidden(col, on)

@@ -136,3 +136,28 @@ def test_the_autosave_reads_the_kept_trees_back_and_names_a_damaged_one(tmp_path
     data["trees"][1]["tree"]["nodes"][1]["parent"] = 7
     with pytest.raises(InputError, match=r"trees\[1\]"):
         parse_autosave(json.dumps(data))
+
+
+def test_the_trees_dialog_lists_and_opens_a_kept_tree(qtbot, window):
+    from PySide6.QtCore import QTimer
+
+    fake_run(window, "first prompt", [1, 2, 3])
+    first = window.store.tree
+    fake_run(window, "second prompt", [4, 5], chat=True)
+    seen = []
+
+    def pick() -> None:
+        dialog = window.tree.trees.dialog
+        if dialog is None or not dialog.isVisible():
+            QTimer.singleShot(20, pick)
+            return
+        table = dialog.table
+        seen.extend([table.item(r, c).text() for c in range(4)] for r in range(table.rowCount()))
+        table.selectRow(1)
+        dialog.accept()
+
+    QTimer.singleShot(20, pick)
+    window.tree.trees.ask()
+    assert seen == [["second prompt", "yes", "2", "1"], ["first prompt", "no", "3", "1"]]
+    assert window.store.tree is first and window.prompt.toPlainText() == "first prompt"
+    assert [k.key for k in window.store.track.shelf.kept] == [("second prompt", True)]
