@@ -245,7 +245,9 @@ class Persistence:
 
     def export_run(self, kind: str, path: str | None = None) -> bool:
         h = self.host
-        if kind != "png" and not h.store.steps:
+        tree = h.store.tree
+        grown = tree is not None and len(tree.nodes) > 1  # a tree expanded from the prompt
+        if kind != "png" and not h.store.steps and not (grown and kind in ("json", "html")):
             h.show_error("Nothing to export yet: generate first.")
             return False
         if path is None:

@@ -161,3 +161,22 @@ def test_the_trees_dialog_lists_and_opens_a_kept_tree(qtbot, window):
     assert seen == [["second prompt", "yes", "2", "1"], ["first prompt", "no", "3", "1"]]
     assert window.store.tree is first and window.prompt.toPlainText() == "first prompt"
     assert [k.key for k in window.store.track.shelf.kept] == [("second prompt", True)]
+
+
+def test_file_export_carries_the_tree_even_from_the_prompt(qtbot, window, tmp_path):
+    """File > Export run as JSON / as web page: every branch, also when the node stood on is
+    the prompt (a tree expanded from it, no run shown)."""
+    import json
+
+    from engine.tree import RunTree
+
+    fake_run(window, "p", [1, 2, 3])
+    fake_run(window, "p", [1, 7])
+    window.tree.goto(0)
+    assert window.store.steps == []
+    assert window.export("json", str(tmp_path / "run.json"))
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert shape(RunTree.from_json(data["tree"])) == shape(window.store.tree)
+    assert window.export("html", str(tmp_path / "run.html"))
+    page = (tmp_path / "run.html").read_text()
+    assert 'class="tree-root"' in page and "&lt;7&gt;" in page and "&lt;3&gt;" in page
