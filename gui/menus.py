@@ -219,7 +219,11 @@ def shortcuts_html(acts: Actions) -> str:
         ("Choose another token", "click its bar in the distribution"),
         ("Inspect a step", "click its token in the output"),
         ("Go to a node of the tree", "click its row in the Tree tab"),
-        ("Move in the Tree tab", "Left parent, Right child, Up/Down siblings; - / + fold"),
+        (
+            "Move in the Tree tab",
+            "Up/Down the row above or below, Left the row it grows "
+            "from, Right back down, Home the prompt; - / + fold",
+        ),
     ]
     body = "".join(f"<tr><td>{t}</td><td><b>{k}</b></td></tr>" for t, k in rows)
     return f"<table cellspacing=6>{body}</table>"
