@@ -295,14 +295,16 @@ class ScoreActions:
             w.show_error("On an encoder-decoder model only the first token can be branched: "
                          "the window cannot start the decoder from a given text yet.")  # fmt: skip
             return
-        text = self.text
+        text, context = self.text, self.prompt
         self.close()
 
         # on the job's thread: a served model's tokenizer may be remote
         def before(_job: Any, bundle: Any) -> str:
             if bundle.is_encoder_decoder:
                 return ""
-            ids = bundle.tokenizer(text, add_special_tokens=False)["input_ids"]
+            from engine.tree.scored import context_and_text  # the ids as they were scored
+
+            _head, ids = context_and_text(bundle.tokenizer, text, context)
             return bundle.tokenizer.decode(ids[:position])
 
         def then(prefix: str) -> None:

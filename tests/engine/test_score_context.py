@@ -79,3 +79,35 @@ def test_the_peak_leaves_the_no_context_token_out():
     assert fake([20.0, 3.0, 9.0, 1.0], no_context=False).peak() == 0
     assert fake([20.0], no_context=True).peak() is None
     assert fake([20.0, 3.0], no_context=True).to_json()["no_context"] is True
+
+
+def byte_bpe() -> PreTrainedTokenizerFast:
+    """A small byte-level BPE (GPT-2's kind: a word carries its leading space, " The")."""
+    from tokenizers import decoders, trainers
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    corpus = ["Here is a short story. The teacher opened the old book and smiled."] * 20
+    core.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    return PreTrainedTokenizerFast(tokenizer_object=core)
+
+
+def test_a_text_after_a_context_is_read_as_the_words_that_follow_it():
+    """ "Here is a short story." then "The teacher…" is scored as "… story. The teacher…" when
+    the tokenizer writes words with their space (joined bare, "The" was the peak at 14.9
+    bits on SmolLM2); a context ending in a space, or a byte tokenizer, is left as it is."""
+    from transformers import ByT5Tokenizer
+
+    tok = byte_bpe()
+    text, ctx = "The teacher opened the book", "Here is a short story."
+    spaced, bare = tok(" " + text)["input_ids"], tok(text)["input_ids"]
+    assert spaced != bare and len(spaced) == len(bare)
+    assert context_and_text(tok, text, ctx) == (tok(ctx)["input_ids"], spaced)
+    assert context_and_text(tok, text, ctx + " ")[1] == bare  # the space is the context's
+    assert context_and_text(tok, " " + text, ctx)[1] == spaced
+    byt5 = ByT5Tokenizer()
+    assert (
+        context_and_text(byt5, text, ctx)[1] == byt5(text, add_special_tokens=False)["input_ids"]
+    )  # bytes: a space would be a token of its own, not part of the word
