@@ -252,8 +252,8 @@ class PlotArea(QSplitter):
         self.tabs.currentChanged.connect(lambda _i: self.fit_curves())
 
     def fit_curves(self, allowed: bool = True) -> None:
-        """The speed and entropy curves are the run's: shown beside its distribution and beam
-        tree, hidden (their room to the tab) while the tree, a comparison or an experiment is
-        read; ``allowed`` off: hidden (the presentation view)."""
-        run_tabs = (self.dist_box, self.beam_panel)
-        self.curves.setVisible(allowed and self.tabs.currentWidget() in run_tabs)
+        """The speed and entropy curves are the run's: hidden (their room to the tab) while
+        the tree, a comparison or an experiment is read; ``allowed`` off: hidden (the
+        presentation view)."""
+        reading = (self.tree_view, self.compare_view, self.experiments)
+        self.curves.setVisible(allowed and self.tabs.currentWidget() not in reading)

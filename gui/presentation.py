@@ -31,8 +31,7 @@ if TYPE_CHECKING:
 PRESENT_TOP_N = 8  # bars shown when the view opens (more labels at 20 pt do not fit 720 px)
 # The tabs' names at 20 pt: short enough that every one reads whole at 1280x720 (the full names
 # were cut to "Distributi…", "Experime…"); the full name is the tab's tooltip.
-SHORT_TABS = {"Distribution": "Bars", "Beam tree": "Beams", "Experiments": "Lab",
-              "Internals": "Inside"}  # fmt: skip
+SHORT_TABS = {"Distribution": "Bars", "Beam tree": "Beams", "Experiments": "Lab"}
 
 
 class LessonDocks(Protocol):
