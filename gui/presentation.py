@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDockWidget,
     QMenuBar,
     QPlainTextEdit,
     QSplitter,
-    QTabWidget,
     QToolBar,
     QWidget,
 )
@@ -29,8 +28,9 @@ if TYPE_CHECKING:
     from gui.widgets.presenter_strip import PresenterStrip
 
 PRESENT_TOP_N = 8  # bars shown when the view opens (more labels at 20 pt do not fit 720 px)
-# The tabs' names at 20 pt: short enough that every one reads whole at 1280x720 (the full names
-# were cut to "Distributi…", "Experime…"); the full name is the tab's tooltip.
+# The tabs' names when the full ones do not fit (at 20 pt, or a narrow plots column): short
+# enough that every one reads whole at 1280x720 (they were cut to "Distributi…", "Experim…");
+# the full name is the tab's tooltip.
 SHORT_TABS = {"Distribution": "Bars", "Beam tree": "Beams", "Experiments": "Lab"}
 
 
@@ -60,12 +60,16 @@ class PresentationHost(Protocol):
     def width(self) -> int: ...
 
 
-class Presentation:
+class Presentation(QObject):
     def __init__(self, host: PresentationHost, appearance: Appearance) -> None:
+        super().__init__()
         self.host, self.appearance = host, appearance
         self._normal_sizes: list[int] = []  # the normal view's split, given back on leaving
         self._normal_top_n: int | None = None  # and its number of bars
-        self._tab_names: dict[QWidget, str] = {}  # the normal view's tab names
+        self._tab_names: dict[QWidget, str] = {}  # each tab's full name
+        self._watching = False  # the tab widget's size and font are watched (fit_tab_names)
+        if isinstance(host, QObject):  # once the window is built (gone with it)
+            QTimer.singleShot(0, host, self.fit_tab_names)
         self._following = False  # the prompt line follows the editor
 
     @property
@@ -110,7 +114,7 @@ class Presentation:
         # cuts the first name ("istribution") at 20 pt, or names cut to "Distributi…"
         h.plots.tabs.setUsesScrollButtons(not on)
         h.plots.tabs.setElideMode(Qt.TextElideMode.ElideRight)
-        self._name_tabs(h.plots.tabs, on)
+        self.fit_tab_names()
         h.output.setTitle("Output" if on else h.output.normal_title)
         self.appearance.apply_zoom(self.appearance.font_pt)
         h.views.redraw(busy=False)
@@ -135,10 +139,28 @@ class Presentation:
         if on:
             h.strip.prompt_line.setText(" ".join(h.prompt.toPlainText().split()))
 
-    def _name_tabs(self, tabs: QTabWidget, short: bool) -> None:
-        if short:
-            self._tab_names = {tabs.widget(i): tabs.tabText(i) for i in range(tabs.count())}
+    def fit_tab_names(self) -> None:
+        """Each tab's full name where they all fit the bar, else the short names (the full one
+        in the tooltip): at 20 pt, or beside a narrow plots column in the normal view."""
+        tabs = self.host.plots.tabs
+        if not self._watching:
+            tabs.installEventFilter(self)
+            self._watching = True
+        bar, metrics = tabs.tabBar(), tabs.tabBar().fontMetrics()
+        full = []
         for i in range(tabs.count()):
-            full = self._tab_names.get(tabs.widget(i), tabs.tabText(i))
-            tabs.setTabText(i, SHORT_TABS.get(full, full) if short else full)
-            tabs.setTabToolTip(i, full if short else "")
+            full.append(self._tab_names.setdefault(tabs.widget(i), tabs.tabText(i)))
+        frame = [bar.tabSizeHint(i).width() - metrics.horizontalAdvance(bar.tabText(i))
+                 for i in range(tabs.count())]  # fmt: skip
+        need = sum(f + metrics.horizontalAdvance(name) for f, name in zip(frame, full, strict=True))
+        short = need > tabs.width() - 4
+        for i, name in enumerate(full):
+            shown = SHORT_TABS.get(name, name) if short else name
+            if tabs.tabText(i) != shown:
+                tabs.setTabText(i, shown)
+            tabs.setTabToolTip(i, name if short else "")
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() in (QEvent.Type.Resize, QEvent.Type.FontChange):
+            self.fit_tab_names()
+        return False

@@ -83,3 +83,20 @@ def test_a_sweeps_rows_in_compare_read_whole(qtbot, window):
     assert table.verticalHeader().isHidden()
     detail = view.detail.toPlainText()
     assert all(" ".join(t.split()) in detail for t in texts)  # every output whole
+
+
+def test_tab_names_shorten_beside_a_narrow_plots_column(qtbot, window):
+    """With the Inside tab the normal view's bar at 1280x720 scrolled and cut "Experim…":
+    short names when the full ones do not fit, the full ones when they do."""
+    tabs = window.plots.tabs
+    bar = tabs.tabBar()
+    window.resize(1280, 720)
+    window.splitter.setSizes([10, 10, 1260])  # a wide plots column: the full names
+    full = [window.presentation._tab_names.get(tabs.widget(i)) for i in range(tabs.count())]
+    assert "Distribution" in full and "Experiments" in full
+    qtbot.waitUntil(lambda: [bar.tabText(i) for i in range(bar.count())] == full)
+    window.splitter.setSizes([800, 10, 470])  # a narrow one
+    qtbot.waitUntil(lambda: bar.tabText(0) != full[0])
+    for i in range(bar.count()):
+        assert bar.tabRect(i).width() >= bar.tabSizeHint(i).width(), bar.tabText(i)
+        assert bar.tabToolTip(i) == full[i]
