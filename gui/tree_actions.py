@@ -40,7 +40,6 @@ class TreeActions(QObject):
         self._history_of: Any = None
         self._frame = 0
         self.view.node_clicked.connect(self.goto)
-        self.view.move_requested.connect(self.move)
         self.view.expand_requested.connect(self.ask_expand)
         self.view.fork_requested.connect(self.fork)
         w.timer.timeout.connect(self.redraw)

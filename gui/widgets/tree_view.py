@@ -122,7 +122,6 @@ class _Outline(QTreeWidget):
 
 class TreeView(QWidget):
     node_clicked = Signal(int)
-    move_requested = Signal(str)  # "parent", "child", "next", "previous" (node by node)
     expand_requested = Signal()
     fork_requested = Signal(bool)  # True: the next fork, False: the previous one
 
