@@ -75,8 +75,8 @@ class InsideActions:
         self.results: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.failed: dict[tuple[Any, ...], str] = {}
         self.shown: tuple[Any, ...] | None = None
-        self.strip_key: tuple[Any, ...] | None = None  # the run the strip is (being) read for
-        self.strip: Any = None  # engine.internals.records.DecisionStrip of strip_key
+        self.strip_key: tuple[Any, ...] | None = None  # the path the strip is (being) read for
+        self.strips: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # DecisionStrip by path
         self.current: Target | None = None
         w.output.color_mode.addItem("Colour by decision layer", COLOR_BY_DECISION)
         self.view.inputs.requested.connect(self.attribute)
@@ -84,6 +84,8 @@ class InsideActions:
         # a click asks at once (after the window's own handlers chose the step), not at the poll
         w.pane.token_clicked.connect(lambda _i: self.sync())
         w.scoring.view.token_clicked.connect(lambda _i: self.sync())
+        w.scoring.view.colour.currentIndexChanged.connect(lambda _i: self.sync())
+        w.output.color_mode.currentIndexChanged.connect(lambda _i: self.sync())
         w.appearance.on_look.append(self.apply_look)
         w.runner.failed.connect(self._job_failed)
         w.run_finished.connect(self._after_run)
@@ -128,8 +130,7 @@ class InsideActions:
     def sync(self) -> None:
         """Show the step in view, asking for it when it is not at hand."""
         w = self.w
-        if w.pane.mode == COLOR_BY_DECISION:
-            self._sync_strip()
+        self._sync_strip()  # where a pane is coloured by decision layer
         if w.plots.tabs.currentWidget() is not self.view:
             return
         target = self._target()
@@ -197,19 +198,36 @@ class InsideActions:
 
     # -- the decision strip -------------------------------------------------------------------
 
+    def _strip_target(self) -> tuple[Any, Target] | None:
+        """The pane coloured by decision layer (the Score view's while it is open, else the
+        output's) and the path it shows; None when neither asks for decision layers."""
+        w, scoring = self.w, self.w.scoring
+        if scoring.view.isVisible() and scoring.score is not None:
+            score, pane = scoring.score, scoring.view.pane
+            tokens = tuple(t.token_id for t in score.tokens)
+            target = Target(("strip", "score", id(score)), "", "", False,
+                            tuple(score.context_ids), tokens, 0)  # fmt: skip
+        else:
+            run, steps, pane = w.store.run, w.store.steps, w.pane
+            if run is None or not steps:
+                return None
+            tokens = tuple(s.token_id for s in steps)
+            key = ("strip", run.prompt, bool(run.chat_template), tokens)
+            target = Target(key, "", run.prompt, bool(run.chat_template), None, tokens, 0)
+        return (pane, target) if pane.mode == COLOR_BY_DECISION else None
+
     def _sync_strip(self) -> None:
-        w = self.w
-        run, steps = w.store.run, w.store.steps
-        if run is None or not steps or w.runner.busy or self._unavailable():
+        found = self._strip_target()
+        if found is None or self.w.runner.busy or self._unavailable():
             return
-        tokens = tuple(s.token_id for s in steps)
-        key = ("strip", run.prompt, bool(run.chat_template), tokens)
-        if key in self.failed or w.pane.decisions and key == self.strip_key:
+        pane, target = found
+        key = target.key
+        if key in self.failed or pane.decisions and key == self.strip_key:
             return
-        if self.strip is not None and key == self.strip_key:  # the same run drawn again
-            self._strip_done(self.strip)
+        if key in self.strips:  # read before: the same run or text drawn again
+            self.strip_key = key
+            self._strip_done(pane, self.strips[key])
             return
-        target = Target(key, "", run.prompt, bool(run.chat_template), None, tokens, 0)
 
         def work(_job: Any, bundle: Any) -> Any:
             from engine.internals.inspect import decision_strip
@@ -218,18 +236,23 @@ class InsideActions:
                 return decision_strip(bundle, target.path(bundle))
 
         def done(strip: Any) -> None:
-            self.strip = strip
-            self._strip_done(strip)
-            w.status_text.setText(f"Decision layers of {len(strip.decision)} tokens in "
-                                  f"{strip.seconds:.2f} s.")  # fmt: skip
+            self.strips[key] = strip
+            while len(self.strips) > KEEP:
+                self.strips.popitem(last=False)
+            self._strip_done(pane, strip)
+            self.w.status_text.setText(f"Decision layers of {len(strip.decision)} tokens in "
+                                       f"{strip.seconds:.2f} s.")  # fmt: skip
 
-        self.strip_key, self.strip = key, None
+        self.strip_key = key
         self.current = target
-        w.runner.job("decision strip", work, done)
+        self.w.runner.job("decision strip", work, done)
 
-    def _strip_done(self, strip: Any) -> None:
-        self.w.pane.set_decisions(strip)
-        self.w.views.update_legend(self.w.theme)
+    def _strip_done(self, pane: Any, strip: Any) -> None:
+        pane.set_decisions(strip)
+        if pane is self.w.pane:
+            self.w.views.update_legend(self.w.theme)
+        else:
+            self.w.scoring.view.update_legend()
 
     # -- input attribution --------------------------------------------------------------------
 

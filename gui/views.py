@@ -15,7 +15,7 @@ from gui.store import Change, RunStore
 from gui.theme import BUCKET_LABELS, CUT_MARK, Theme
 from gui.widgets.method_panel import MethodPanel
 from gui.widgets.step_text import bits, step_summary
-from gui.widgets.token_pane import COLOR_BY_DECISION, COLOR_BY_RANK, decision_color
+from gui.widgets.token_pane import COLOR_BY_DECISION, COLOR_BY_RANK, decision_legend
 
 DIST_EVERY = 3  # while generating: the distribution plot at 10 Hz (text stays at 30 Hz)
 SERIES_EVERY = 12  # and the speed/entropy curves at 2.5 Hz (offset by one frame); all when idle
@@ -167,14 +167,7 @@ class RunView:
             pairs = zip(t.buckets, BUCKET_LABELS, strict=True)
             text = "Rank of the chosen token: " + " ".join(chip(c, label) for c, label in pairs)
         elif self.pane.mode == COLOR_BY_DECISION:
-            n = self.pane.layers
-            if not n:
-                self.output.legend.setText("Decision layer: reading the model's layers…")
-                return
-            marks = sorted({0, n // 3, 2 * n // 3, n})
-            chips = " ".join(chip(decision_color(t, k, n).name(), str(k)) for k in marks)
-            never = chip(decision_color(t, None, n).name(), "never top-1")
-            self.output.legend.setText(f"Decided at layer: {chips} (of {n}) {never}")
+            self.output.legend.setText(decision_legend(t, self.pane.layers))
             return
         else:
             text = f"Probability: {chip(t.prob_low, '0%')} → {chip(t.prob_high, '100%')}"

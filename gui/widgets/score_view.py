@@ -16,6 +16,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
+    QComboBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -31,7 +32,13 @@ from engine.tree.scored import ScoredToken, TextScore
 from gui.theme import BUCKET_LABELS, LIGHT, Theme, bucket_of
 from gui.widgets.series_plot import still_plot, style_axes, tick_font
 from gui.widgets.step_text import pct, short
-from gui.widgets.token_pane import COLOR_BY_RANK, TokenPane
+from gui.widgets.token_pane import (
+    COLOR_BY_DECISION,
+    COLOR_BY_RANK,
+    TokenPane,
+    decision_legend,
+    decision_tip,
+)
 
 
 def score_steps(score: TextScore) -> list[Step]:
@@ -112,7 +119,8 @@ class ScorePane(TokenPane):
             index = self.step_at(event.pos())
             if index is not None and index < len(self.scored):
                 first = self.no_context and index == 0
-                QToolTip.showText(event.globalPos(), token_tooltip(self.scored[index], first), self)
+                tip = token_tooltip(self.scored[index], first) + decision_tip(self, index)
+                QToolTip.showText(event.globalPos(), tip, self)
             else:
                 QToolTip.hideText()
             return True
@@ -212,6 +220,19 @@ class ScoreView(QWidget):
         self.legend = QLabel(legend_html(LIGHT))
         self.legend.setObjectName("score_legend")
         self.legend.setWordWrap(True)  # the key wraps in a narrow column, never cut
+        self.colour = QComboBox()  # as the output's: by rank, or by decision layer (issue 33)
+        self.colour.setObjectName("score_colour")
+        self.colour.addItem("Colour by rank", COLOR_BY_RANK)
+        self.colour.addItem("Colour by decision layer", COLOR_BY_DECISION)
+        self.colour.setToolTip("Rank in the model's list, or the layer from which each token "
+                               "is the logit lens's top choice (one forward pass).")  # fmt: skip
+        self.colour.currentIndexChanged.connect(self._colour_changed)
+        # elided in a narrow column (the popup shows the whole text): it never widens it
+        self.colour.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.colour.setMinimumContentsLength(4)
+        self.theme = LIGHT
         self.back = QPushButton("Back to the run")
         self.back.setToolTip("Close the scored text and show the run's output again.")
         self.back.clicked.connect(self.closed)
@@ -234,7 +255,10 @@ class ScoreView(QWidget):
         top.addWidget(self.back)
         layout.addLayout(top)
         layout.addWidget(self.totals)
-        layout.addWidget(self.legend)
+        key = QHBoxLayout()  # the key beside its choice (the title's row has no room at 20 pt)
+        key.addWidget(self.legend, 1)
+        key.addWidget(self.colour, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addLayout(key)
         layout.addWidget(split, 1)
         self.pane.token_clicked.connect(self.token_clicked)
         self.plot.token_clicked.connect(self.token_clicked)
@@ -250,10 +274,21 @@ class ScoreView(QWidget):
         self.pane.select(index)
         self.plot.mark(index)
 
+    def _colour_changed(self, *_args: object) -> None:
+        self.pane.set_mode(self.colour.currentData())
+        self.update_legend()
+
+    def update_legend(self) -> None:
+        if self.pane.mode == COLOR_BY_DECISION:
+            self.legend.setText(decision_legend(self.theme, self.pane.layers))
+        else:
+            self.legend.setText(legend_html(self.theme))
+
     def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
         self.pane.set_theme(theme)
         self.plot.set_theme(theme)
-        self.legend.setText(legend_html(theme))
+        self.update_legend()
 
     def set_font_size(self, points: int) -> None:
         mono = QFont("DejaVu Sans Mono")

@@ -27,6 +27,30 @@ DECISION_RAMP = {
 NEVER_TOP1 = {"light": "#d6d6dc", "dark": "#4a4a52"}
 
 
+def decision_legend(theme: Theme, layers: int) -> str:
+    """The key of the decision colours (rich text), or what is being read."""
+    if not layers:
+        return "Decision layer: reading the model's layers…"
+
+    def chip(color: QColor, label: str) -> str:
+        style = f"background:{color.name()}; color:{theme.text}"
+        return f"<span style='{style}'>&nbsp;{label}&nbsp;</span>"
+
+    marks = sorted({0, layers // 3, 2 * layers // 3, layers})
+    chips = " ".join(chip(decision_color(theme, k, layers), str(k)) for k in marks)
+    never = chip(decision_color(theme, None, layers), "never top-1")
+    return f"Decided at layer: {chips} (of {layers}) {never}"
+
+
+def decision_tip(pane: Any, index: int) -> str:
+    """The tooltip's line about a token's decision layer, where the pane has read it."""
+    if index not in pane.decisions:
+        return ""
+    d = pane.decisions[index]
+    return ("<br>never the logit lens's top-1" if d is None
+            else f"<br>decided at layer {d} of {pane.layers}")  # fmt: skip
+
+
 def decision_color(theme: Theme, layer: int | None, layers: int) -> QColor:
     """The colour of a token decided at ``layer`` of ``layers`` (None: never the top-1)."""
     if layer is None:
@@ -283,11 +307,7 @@ class TokenPane(QTextEdit):
         if event.type() == QEvent.Type.ToolTip:
             index = self.step_at(event.pos())
             if index is not None:
-                tip = tooltip_html(self.steps[index])
-                if index in self.decisions:
-                    d = self.decisions[index]
-                    tip += ("<br>never the logit lens's top-1" if d is None
-                            else f"<br>decided at layer {d} of {self.layers}")  # fmt: skip
+                tip = tooltip_html(self.steps[index]) + decision_tip(self, index)
                 QToolTip.showText(event.globalPos(), tip, self)
             else:
                 QToolTip.hideText()

@@ -123,3 +123,20 @@ def test_a_scored_token_is_read_with_the_score_view_left_open(qtbot, ran) -> Non
     path = path_for(window.bundle, score.context_ids, [t.token_id for t in score.tokens])
     want = inspect_step(window.bundle, path, 2)
     assert window.inside.results[window.inside.shown].lens.candidates == want.lens.candidates
+
+
+def test_a_scored_text_is_coloured_by_decision_layer(qtbot, ran) -> None:
+    window, _ = ran
+    with qtbot.waitSignal(window.runner.job_done, timeout=30000):
+        window.show_score("a cat sat on the mat", "Once")
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=5000)
+    view = window.scoring.view
+    view.colour.setCurrentIndex(view.colour.findData(COLOR_BY_DECISION))
+    qtbot.waitUntil(lambda: bool(view.pane.decisions) and not window.runner.busy,
+                    timeout=30000)  # fmt: skip
+    score = window.scoring.score
+    path = path_for(window.bundle, score.context_ids, [t.token_id for t in score.tokens])
+    strip = decision_strip(window.bundle, path)
+    assert [view.pane.decisions[i] for i in range(len(score.tokens))] == list(strip.decision)
+    assert "Decided at layer" in view.legend.text()
+    assert not window.pane.decisions  # the run's pane was not asked
