@@ -128,7 +128,8 @@ class InsideActions:
 
     @Slot()
     def sync(self) -> None:
-        """Show the step in view, asking for it when it is not at hand."""
+        """Show the step in view, asking for it when it is not at hand. With the tab closed and
+        no pane coloured by decision layer this returns at once (it runs five times a second)."""
         w = self.w
         self._sync_strip()  # where a pane is coloured by decision layer
         if w.plots.tabs.currentWidget() is not self.view:
@@ -202,7 +203,10 @@ class InsideActions:
         """The pane coloured by decision layer (the Score view's while it is open, else the
         output's) and the path it shows; None when neither asks for decision layers."""
         w, scoring = self.w, self.w.scoring
-        if scoring.view.isVisible() and scoring.score is not None:
+        scored = scoring.view.isVisible() and scoring.score is not None
+        if (scoring.view.pane if scored else w.pane).mode != COLOR_BY_DECISION:
+            return None  # nothing asked: nothing built (this runs five times a second)
+        if scored:
             score, pane = scoring.score, scoring.view.pane
             tokens = tuple(t.token_id for t in score.tokens)
             target = Target(("strip", "score", id(score)), "", "", False,
@@ -214,7 +218,7 @@ class InsideActions:
             tokens = tuple(s.token_id for s in steps)
             key = ("strip", run.prompt, bool(run.chat_template), tokens)
             target = Target(key, "", run.prompt, bool(run.chat_template), None, tokens, 0)
-        return (pane, target) if pane.mode == COLOR_BY_DECISION else None
+        return pane, target
 
     def _sync_strip(self) -> None:
         found = self._strip_target()
