@@ -94,11 +94,22 @@ def server_message(response: httpx.Response) -> str:
     return str(data)[:300]
 
 
+# How each server raises its limit of log-probabilities per token (engine.serve.backends).
+LOGPROB_LIMITS = {
+    "vllm": "start it with a higher limit (vLLM: --max-logprobs 20)",
+    "llama-server": "llama-server has no limit of its own: check --n-probs in a proxy before it",
+    "ollama": "Ollama gives at most 20 (top_logprobs)",
+    "sglang": "SGLang takes any top_logprobs_num up to the vocabulary",
+}
+
+
 def status_error(
-    status: int, message: str, base_url: str, model: str, path: str, names: Callable[[], list[str]]
-) -> RemoteError:
+    status: int, message: str, base_url: str, model: str, path: str,
+    names: Callable[[], list[str]], kind: str = "vllm",
+) -> RemoteError:  # fmt: skip
     """The RemoteError for an HTTP error answer; ``message`` is the server's text, already
-    scrubbed of the key; ``names`` lists the served models (asked only when needed)."""
+    scrubbed of the key; ``names`` lists the served models (asked only when needed); ``kind``:
+    the server (its own advice in the messages)."""
     low = message.lower()
     if status in (401, 403):
         return RemoteError(
@@ -111,7 +122,7 @@ def status_error(
         return RemoteError(
             LOGPROBS_NOT_ALLOWED,
             f"The server does not give that many log-probabilities ({message}). Ask for "
-            "fewer candidates, or start it with a higher limit (vLLM: --max-logprobs 20).",
+            f"fewer candidates, or {LOGPROB_LIMITS.get(kind, LOGPROB_LIMITS['vllm'])}.",
             status,
         )
     if status < 500 and any(

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from transformers import ByT5Tokenizer
 
 from engine.models.loading import DECODER_ONLY, make_bundle
-from engine.serve import remote
+from engine.serve import http
 from engine.serve.remote import BAD_RESPONSE, LOGPROBS_NOT_ALLOWED, RemoteClient, RemoteError
 from engine.serve.remote_session import RemoteBundle
 from engine.tree.score import score_text
@@ -201,7 +201,7 @@ def test_a_trickling_server_meets_the_deadline(local):
 
 
 def test_a_huge_answer_is_refused(local, monkeypatch):
-    monkeypatch.setattr(remote, "MAX_REPLY_BYTES", 4096)
+    monkeypatch.setattr(http, "MAX_REPLY_BYTES", 4096)  # the client's bound
     with pytest.raises(RemoteError, match="limit"):
         score_text(served(local, server(local)), TEXT * 5, prompt=CONTEXT, top_n=N)
 

@@ -1,0 +1,322 @@
+"""What every served-model client shares, whatever the server (vLLM, llama.cpp's llama-server,
+Ollama, SGLang): the HTTP requests with their bounds, and the records a client returns. No Qt,
+no torch.
+
+Requests time out per read and as a whole (a deadline, however slowly a server trickles),
+replies are bounded in size (``MAX_REPLY_BYTES``) and parsed by the project's bounded JSON
+reader; 429 and 5xx answers (and refused connections) are retried with exponential backoff
+(``Retry-After`` honoured); every failure becomes a ``RemoteError`` whose ``kind`` names it and
+whose message says what to do. The API key lives only in the httpx client's headers; server
+text is scrubbed of it before it is shown. Each backend's client (``engine.serve.remote`` for
+vLLM, ``llama_server``, ``ollama``, ``sglang``) adds its routes and checks its replies with
+its own schema in ``engine.validate``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from engine.serve.remote_errors import (
+    BAD_RESPONSE,
+    SERVER_ERROR,
+    UNAUTHORIZED,
+    UNREACHABLE,
+    KeySource,
+    RemoteError,
+    server_message,
+    status_error,
+)
+from engine.validate import InputError
+from engine.validate import served as check
+from engine.validate.limits import MAX_REPLY_BYTES, MAX_SERVED_TOKEN_ID, REQUEST_DEADLINE_S
+
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+# -- what comes back -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopToken:
+    """One candidate of a position: the token id and its log-probability (natural log)."""
+
+    token_id: int
+    logprob: float
+
+
+@dataclass(frozen=True)
+class ServedToken:
+    """One position as the server reports it: the token it chose, that token's log-probability,
+    the top-N candidates (best first) and why it stopped, if it did."""
+
+    token_id: int
+    logprob: float
+    top: tuple[TopToken, ...]
+    finish_reason: str | None = None
+    seconds: float = 0.0  # the request's latency (next_token); 0 in a stream
+
+
+@dataclass(frozen=True)
+class ServedModelInfo:
+    name: str
+    max_model_len: int | None
+
+
+def normalise_url(url: str) -> str:
+    """``http://host:8000``, ``.../v1`` or ``.../v1/`` -> ``http://host:8000`` (the root)."""
+    url = url.strip().rstrip("/")
+    if not url:
+        raise ValueError("The server URL is empty.")
+    if "://" not in url:
+        url = "http://" + url
+    if check.has_credentials(url):  # refused before it can reach a setting, file or message
+        raise RemoteError(UNAUTHORIZED, check.CREDENTIALS_REFUSED.format(url=check.redact_url(url)))
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise ValueError(f"The server URL must start with http:// or https://, got {url!r}")
+    return url.removesuffix("/v1")
+
+
+class HttpClient:
+    """One server: its address, the key, the httpx client and the bounded requests.
+
+    ``api_key`` overrides ``key_source``. ``transport`` is for tests (``httpx.MockTransport``).
+    Subclasses set ``model`` and implement ``models()`` (for the "it serves: ..." message)."""
+
+    kind = ""  # engine.serve.backends: which server this client speaks to
+    model = ""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        key_source: KeySource | None = None,
+        api_key: str | None = None,
+        verify: bool = True,
+        timeout: float = 60.0,
+        connect_timeout: float = 5.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        deadline: float = REQUEST_DEADLINE_S,
+    ) -> None:
+        self.base_url = normalise_url(base_url)
+        self.retries = max(0, int(retries))
+        self.backoff = backoff
+        self.deadline = deadline  # seconds for a whole request, however slowly it trickles
+        # Ids at or past id_limit are refused (a broken server); ids at or past vocab_size (the
+        # local tokenizer's, when the owner sets it) are kept but noted in unknown_ids.
+        self.id_limit = MAX_SERVED_TOKEN_ID
+        self.vocab_size: int | None = None
+        self.unknown_ids: set[int] = set()
+        key = api_key if api_key is not None else (key_source or KeySource()).resolve(self.base_url)
+        # Server text is scrubbed of the key before it is shown; a closure, so the key stays
+        # out of vars() and repr like the rest of the client.
+        secrets = (f"Bearer {key}", key) if key else ()
+        self._scrub = lambda text: check.scrub(text, secrets)
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            verify=verify,
+            transport=transport,
+        )
+        self.requests = 0  # HTTP requests sent, retries included
+
+    def __repr__(self) -> str:  # the key stays out
+        return f"{type(self).__name__}({self.base_url!r}, model={self.model!r})"
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.base_url).netloc
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> HttpClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def models(self) -> list[ServedModelInfo]:
+        raise NotImplementedError
+
+    def note_ids(self, ids: Any) -> None:
+        """Remember ids the local tokenizer does not know (shown in the status line)."""
+        if self.vocab_size:
+            self.unknown_ids.update(i for i in ids if i >= self.vocab_size)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _send(
+        self, method: str, path: str, body: dict[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> httpx.Response:  # fmt: skip
+        """One request with retries; a non-2xx answer raises ``RemoteError``. ``deadline``:
+        seconds for the whole request (default: the client's)."""
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            self.requests += 1
+            response: httpx.Response | None = None
+            try:
+                response = self._fetch(method, path, body, deadline or self.deadline)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if last:
+                    raise self._unreachable(exc) from None
+            except httpx.TransportError as exc:  # read timeout, dropped connection
+                raise self._unreachable(exc) from None
+            else:
+                if response.status_code not in RETRY_STATUS or last:
+                    self._check(response, path)
+                    return response
+                response.close()
+            time.sleep(self._delay(attempt, response))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _post(self, path: str, body: dict[str, Any], deadline: float | None = None) -> Any:
+        """POST and parse the JSON answer (bounded, checked later by the caller's schema)."""
+        return self._json(self._send("POST", path, body, deadline))
+
+    def _fetch(
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: float
+    ) -> httpx.Response:
+        """One request, its body read within the deadline and the size bound."""
+        short = deadline < self.deadline  # a tokenizer call: every read within its deadline
+        timeout = httpx.Timeout(deadline) if short else httpx.USE_CLIENT_DEFAULT
+        request = self._http.build_request(method, path, json=body, timeout=timeout)
+        response = self._http.send(request, stream=True)
+        try:
+            content = b"".join(self._chunks(response, time.monotonic() + deadline, deadline))
+        finally:
+            response.close()
+        return httpx.Response(
+            response.status_code, headers=response.headers, content=content, request=request
+        )
+
+    def _chunks(
+        self, response: httpx.Response, deadline: float, seconds: float | None = None
+    ) -> Iterator[bytes]:
+        """The body's bytes, refused past ``MAX_REPLY_BYTES`` or past ``deadline`` (the read
+        timeout alone lets a server that sends a byte every few seconds hold on forever)."""
+        total = 0
+        for chunk in response.iter_bytes():
+            total += len(chunk)
+            if total > MAX_REPLY_BYTES:
+                raise RemoteError(
+                    BAD_RESPONSE,
+                    f"The server's answer is over the {MAX_REPLY_BYTES >> 20} MB limit.",
+                )
+            if time.monotonic() > deadline:
+                raise RemoteError(
+                    UNREACHABLE,
+                    f"The server at {self.base_url} did not finish its answer within the "
+                    f"deadline of {seconds or self.deadline:g} s. The tokens so far are kept.",
+                )
+            yield chunk
+
+    def _events(self, path: str, body: dict[str, Any], seconds: float) -> Iterator[Any]:
+        """A streamed answer's JSON objects as they arrive: server-sent events (``data: {...}``
+        lines, ``[DONE]`` ends) or one object per line (Ollama). ``seconds``: the deadline of
+        the whole stream. A server that dies mid-answer raises ``RemoteError(UNREACHABLE)``
+        after the objects that arrived; an ``{"error": ...}`` object raises SERVER_ERROR."""
+        self.requests += 1
+        answering = False
+        try:
+            with self._http.stream("POST", path, json=body) as response:
+                answering = True
+                if response.status_code >= 400:
+                    response.read()
+                    self._check(response, path)
+                for line in _lines(self._chunks(response, time.monotonic() + seconds, seconds)):
+                    if line.startswith("error:"):  # llama-server's spelling of a failed stream
+                        raise RemoteError(
+                            SERVER_ERROR, f"The server failed: {self._scrub(line[6:500])}"
+                        )
+                    payload = line[5:].strip() if line.startswith("data:") else line.strip()
+                    if not payload or line.startswith((":", "event:", "id:")):
+                        continue
+                    if payload == "[DONE]":
+                        return
+                    chunk = self._json(httpx.Response(200, content=payload.encode()))
+                    if isinstance(chunk, dict) and "error" in chunk:
+                        error = self._scrub(str(chunk["error"])[:500])
+                        raise RemoteError(SERVER_ERROR, f"The server failed: {error}")
+                    yield chunk
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc, mid_answer=answering) from None
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        after = response.headers.get("retry-after") if response is not None else None
+        if after is not None:
+            try:
+                return min(float(after), 30.0)
+            except ValueError:
+                pass
+        return self.backoff * (2**attempt)
+
+    def _unreachable(self, exc: Exception, mid_answer: bool = False) -> RemoteError:
+        if mid_answer:
+            return RemoteError(
+                UNREACHABLE,
+                f"The connection to {self.base_url} broke in the middle of the answer "
+                f"({type(exc).__name__}): the server may have stopped. The tokens so far are kept.",
+            )
+        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+            return RemoteError(
+                UNREACHABLE,
+                f"The server at {self.base_url} stopped answering ({type(exc).__name__}): it "
+                "may be overloaded or have stopped. The tokens so far are kept.",
+            )
+        return RemoteError(
+            UNREACHABLE,
+            f"Cannot reach the server at {self.base_url} ({type(exc).__name__}): check that it "
+            "is running and the URL and port are right. The tokens so far are kept.",
+        )
+
+    def _check(self, response: httpx.Response, path: str) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        message = self._scrub(server_message(response))
+        names = self._names if status == 404 or "model" in message.lower() else list
+        raise status_error(status, message, self.base_url, self.model, path, names, self.kind)
+
+    def _names(self) -> list[str]:
+        try:
+            return [m.name for m in self.models()]
+        except RemoteError:
+            return []
+
+    def _json(self, response: httpx.Response) -> Any:
+        from engine.validate.jsonio import parse_json
+
+        try:
+            text = response.content.decode("utf-8")
+            return parse_json(text, "", MAX_REPLY_BYTES)
+        except (UnicodeDecodeError, InputError):
+            raise RemoteError(
+                BAD_RESPONSE, f"The server at {self.base_url} did not answer with JSON."
+            ) from None
+
+    def _broken(self, exc: InputError) -> RemoteError:
+        """A reply that failed its schema, as the error the caller shows."""
+        return RemoteError(BAD_RESPONSE, f"The server's answer is broken: {exc}.")
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """Lines from a byte stream (decoded leniently: a broken byte becomes U+FFFD and the JSON
+    check refuses what matters)."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
