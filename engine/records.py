@@ -40,6 +40,9 @@ class Candidate:
     penalised_by: str = ""
     before_p: float | None = None
     after_p: float | None = None
+    # A served model's OWN sampler at this position (llama-server's post_sampling_probs), beside
+    # ours: 0.0 where its chain cut the token, None where it did not say.
+    server_prob: float | None = None
 
 
 # Step.source of a token of a scored text: the model's own probabilities, no sampler ran
@@ -83,6 +86,10 @@ class Step:
     # which are lower bounds of the true entropy.
     other_p: float | None = None
     entropy_lower_bound: bool = False
+    # False: the server sampled and reported raw probabilities only, so nothing "after the
+    # sampler" is known (prob and each candidate's prob repeat the raw ones; no bar is drawn).
+    after_sampler: bool = True
+    server_sampler: str = ""  # whose sampler the candidates' server_prob is ("llama.cpp")
     stage_notes: tuple[StageNote, ...] = ()  # what the sampler's stages did at this step
     mu: float | None = None  # mirostat's running target surprise after this step (bits)
 

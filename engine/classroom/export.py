@@ -87,6 +87,8 @@ def step_to_dict(step: Step) -> dict[str, Any]:
                 if c.penalised_by
                 else {}
             ),
+            # a served model's own sampler beside ours (llama-server), only where it said
+            **({"server_prob": c.server_prob} if c.server_prob is not None else {}),
         }
         for c in step.candidates
     ]

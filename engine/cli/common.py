@@ -10,12 +10,27 @@ from typing import Any
 from engine.cli.args import bounded_int
 from engine.validate.limits import MAX_TOP_N
 
+SERVER_KINDS = ("auto", "vllm", "llama-server", "ollama", "sglang")  # engine.serve.backends
 
-def add_server_options(parser: argparse.ArgumentParser) -> None:
-    """A model served elsewhere (vLLM, SGLang, llama.cpp's server): --model is then its
-    served name."""
-    g = parser.add_argument_group("served model (OpenAI-compatible /v1 endpoint)")
+
+def add_server_options(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """A model served elsewhere (vLLM, llama.cpp's llama-server, Ollama, SGLang): --model is
+    then its served name (``what``: which model the server is, for lockstep's B)."""
+    g = parser.add_argument_group(f"served model{what} (vLLM, llama-server, Ollama, SGLang)")
     g.add_argument("--server", default=None, metavar="URL", help="e.g. http://host:8000")
+    g.add_argument(
+        "--server-kind", choices=SERVER_KINDS, default="auto",
+        help="which server it is (auto: asked of the server)",
+    )  # fmt: skip
+    g.add_argument(
+        "--server-sampler", action="store_true",
+        help="llama-server: also show its own sampler's probabilities beside ours (explore)",
+    )  # fmt: skip
+    g.add_argument(
+        "--raw-logprobs", action="store_true",
+        help="SGLang: the server runs with SGLANG_RETURN_ORIGINAL_LOGPROB=1 (raw at any "
+        "temperature)",
+    )  # fmt: skip
     g.add_argument(
         "--key-source", choices=("env", "keyring", "none"), default="env",
         help="API key from $DECODING_LAB_API_KEY (env) or the system keychain",
@@ -30,16 +45,21 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--insecure", action="store_true", help="do not verify HTTPS certificates")
 
 
-def open_served(args: argparse.Namespace) -> Any:
+def open_served(args: argparse.Namespace, model: str | None = None) -> Any:
+    """The served model of ``args`` (``model``: its name, default ``--model``); its capability
+    line goes to stderr, so a user reads what the numbers are before they come."""
     from engine.serve.remote import KeySource
     from engine.serve.remote_session import open_served
     from engine.validate.served import redact_url
 
     print(f"[connecting to {redact_url(args.server)}]", file=sys.stderr)
-    return open_served(
-        args.server, args.model, KeySource(args.key_source), tokenizer=args.tokenizer,
-        n_logprobs=args.logprobs, verify=not args.insecure,
+    bundle = open_served(
+        args.server, model or args.model, KeySource(args.key_source), kind=args.server_kind,
+        tokenizer=args.tokenizer, n_logprobs=args.logprobs, verify=not args.insecure,
+        server_sampler=args.server_sampler, raw_logprobs=args.raw_logprobs,
     )  # fmt: skip
+    print(f"[{bundle.capability()}]", file=sys.stderr)
+    return bundle
 
 
 # The newer sampler settings as options: (settings field, how the option's text becomes it).

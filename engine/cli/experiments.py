@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from engine.cli.args import bounded_int, device, text
-from engine.cli.common import add_sampler_options, settings_from
+from engine.cli.common import add_sampler_options, add_server_options, settings_from
 from engine.experiments.records import MAX_RUNS, MAX_SAMPLES
 from engine.records import GRAMMAR_STOP
 from engine.validate.limits import MAX_NEW_TOKENS, MAX_TOP_N
@@ -64,11 +64,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     sweep.set_defaults(func=run_sweep)
     lock = sub.add_parser("lockstep", help="model A decides, model B scores the same prefix")
     _common(lock)
-    lock.add_argument("--model-b", default=None, help="model B (default: the same as A)")
+    lock.add_argument(
+        "--model-b", default=None,
+        help="model B (default: the same as A); with --server, its served name",
+    )  # fmt: skip
     lock.add_argument("--dtype-b", default=None, help="B's dtype (default: as --dtype)")
     lock.add_argument(
         "--top-n", type=bounded_int(1, MAX_TOP_N), default=10, help="candidates compared per step"
     )
+    add_server_options(lock, " as model B")
     lock.set_defaults(func=run_lockstep)
 
 
@@ -112,6 +116,31 @@ def _guarded(run: Any, args: argparse.Namespace) -> int:
     except (ValueError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _served_lockstep(args: argparse.Namespace, a: Any, settings: Any) -> int:
+    """Lockstep with a served B (engine.serve.served_lockstep): its KL is a lower bound."""
+    from engine.cli.common import open_served
+    from engine.serve.remote import RemoteError
+    from engine.serve.served_lockstep import ServedLockstep
+
+    try:
+        b = open_served(args, args.model_b)
+    except RemoteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        lock = ServedLockstep(_session(args, a, settings), b, top_n=min(args.top_n, b.n_logprobs))
+        _say(lock.bounds)
+        steps = [asdict(s) for s in lock.stream()]
+    except RemoteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        b.client.close()
+    summary = {**asdict(lock.summary()), "bounds": lock.bounds}
+    return _emit({"summary": summary, "steps": steps, "a": a.describe(), "b": b.describe(),
+                  "b_capability": b.capability()})  # fmt: skip
 
 
 def _values(text: str) -> list[float]:
@@ -175,6 +204,8 @@ def run_lockstep(args: argparse.Namespace) -> int:
 
         settings = settings_from(args)
         a = _open(args)
+        if args.server:  # B is served: compared over the top-N it sends (bounds, said so)
+            return _served_lockstep(args, a, settings)
         b = _open(args, args.model_b or args.model, args.dtype_b)
         lock = Lockstep(_session(args, a, settings), b.model, b.tokenizer, top_n=args.top_n)
         steps = []

@@ -247,6 +247,24 @@ def _alternatives(step: Step, n: int) -> str:
     return ", ".join(f"{visible(c.text)!r} {c.raw_prob:.3f}" for c in step.candidates[:n])
 
 
+def _served_line(step: Step, n: int) -> str:
+    """A served step for --show-probs: after-sampler only where it is known, the server's own
+    sampler where it sent it (llama-server), the entropy as the lower bound it is."""
+    p = f"p={step.prob:.3f}" if step.after_sampler else "p=n/a"  # the server did not say
+    line = (
+        f"{step.index:4d} {visible(step.token_str)!r:>16} {p} raw={step.raw_prob:.3f} "
+        f"other={step.other_p:.3f} H>={step.entropy_raw:.2f}b {step.step_time * 1000:.0f}ms | "
+        f"{_alternatives(step, n)}"
+    )
+    if step.server_sampler:
+        theirs = ", ".join(
+            f"{visible(c.text)!r} {'?' if c.server_prob is None else f'{c.server_prob:.3f}'}"
+            for c in step.candidates[:n]
+        )
+        line += f" | {step.server_sampler}: {theirs}"
+    return line
+
+
 def _write_html(
     args: argparse.Namespace, prompt: str, model: str, settings: SamplerSettings,
     steps: list[Step], summary: RunSummary,
@@ -283,12 +301,7 @@ def run_served(args: argparse.Namespace) -> int:
     try:
         for step in session.stream():
             if args.show_probs:
-                print(
-                    f"{step.index:4d} {visible(step.token_str)!r:>16} p={step.prob:.3f} "
-                    f"raw={step.raw_prob:.3f} other={step.other_p:.3f} "
-                    f"H>={step.entropy_raw:.2f}b {step.step_time * 1000:.0f}ms | "
-                    f"{_alternatives(step, args.show_probs)}"
-                )
+                print(_served_line(step, args.show_probs))
             else:
                 print(step.text if not step.is_eos else "", end="", flush=True)
     except RemoteError as exc:

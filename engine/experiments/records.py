@@ -98,6 +98,11 @@ class LockstepStep:
     kl: float  # KL(A || B), nats
     jaccard: float  # |top-N of A ∩ top-N of B| / |union|
     greedy_agree: bool  # argmax of A == argmax of B
+    # B is a served model that sent only its top-N (engine.serve.served_lockstep): ``kl`` is
+    # then a lower bound (B's tail counted as one outcome), and ``b_prob`` an upper bound when
+    # A's token was not among B's N (it is no likelier than the least likely one listed).
+    kl_lower_bound: bool = False
+    b_prob_upper_bound: bool = False
 
 
 @dataclass(frozen=True)

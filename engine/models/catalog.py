@@ -143,8 +143,12 @@ def open_model(
 SERVED_PREFIX = "served|"
 
 
-def served_source(url: str, model: str, key_kind: str) -> str:
-    return f"{SERVED_PREFIX}{key_kind}|{model}|{url.strip().rstrip('/')}"
+def served_source(url: str, model: str, key_kind: str, server_kind: str = "auto") -> str:
+    """A served model as a source string (the recents keep it). ``server_kind`` (vllm,
+    llama-server, ollama, sglang) follows the address after a last "|" (no URL holds one
+    unescaped); "auto" writes the older three-part form."""
+    tail = "" if server_kind in ("", "auto") else f"|{server_kind}"
+    return f"{SERVED_PREFIX}{key_kind}|{model}|{url.strip().rstrip('/')}{tail}"
 
 
 def parse_served(source: str) -> tuple[str, str, str] | None:
@@ -152,4 +156,12 @@ def parse_served(source: str) -> tuple[str, str, str] | None:
     if not source.startswith(SERVED_PREFIX):
         return None
     key_kind, model, url = source[len(SERVED_PREFIX) :].split("|", 2)
-    return url, model, key_kind
+    return url.split("|", 1)[0], model, key_kind
+
+
+def served_kind(source: str) -> str:
+    """The server kind a served source names ("auto" when it names none)."""
+    if not source.startswith(SERVED_PREFIX):
+        return "auto"
+    parts = source[len(SERVED_PREFIX) :].split("|")
+    return parts[3] if len(parts) > 3 and parts[3] else "auto"

@@ -15,9 +15,9 @@ its own schema in ``engine.validate``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -66,6 +66,26 @@ class ServedToken:
 class ServedModelInfo:
     name: str
     max_model_len: int | None
+
+
+class ServedClient(Protocol):
+    """What the sessions use of a client, whichever server it speaks to."""
+
+    kind: str
+    model: str
+    host: str
+    base_url: str
+    vocab_size: int | None
+
+    def next_token(self, ids: Sequence[int], n_logprobs: int = 20) -> ServedToken: ...
+    def stream(
+        self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 20, **sampling: Any
+    ) -> Iterator[ServedToken]: ...
+    def complete(
+        self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 0, **sampling: Any
+    ) -> list[ServedToken]: ...
+    def max_model_len(self) -> int | None: ...
+    def close(self) -> None: ...
 
 
 def normalise_url(url: str) -> str:
@@ -307,6 +327,31 @@ class HttpClient:
     def _broken(self, exc: InputError) -> RemoteError:
         """A reply that failed its schema, as the error the caller shows."""
         return RemoteError(BAD_RESPONSE, f"The server's answer is broken: {exc}.")
+
+
+def with_finish(
+    events: Iterable[Any],
+    served: Callable[[Any], list[ServedToken]],
+    finish: Callable[[Any], str | None],
+) -> Iterator[ServedToken]:
+    """A stream's tokens, each held until the next event: the event that ends the stream (its
+    own, often without a token) says why, and the last token carries that reason, as in a
+    non-streamed answer (the sessions learn EOS ids from a "stop")."""
+    pending: ServedToken | None = None
+    for event in events:
+        got = served(event)
+        if got:
+            if pending is not None:
+                yield pending
+            yield from got[:-1]
+            pending = got[-1]
+        reason = finish(event)
+        if reason is not None:
+            if pending is not None and pending.finish_reason is None:
+                pending = replace(pending, finish_reason=reason)
+            break
+    if pending is not None:
+        yield pending
 
 
 def _lines(chunks: Iterator[bytes]) -> Iterator[str]:

@@ -126,7 +126,8 @@ def status_error(
             status,
         )
     if status < 500 and any(
-        s in low for s in ("context length", "max_model_len", "maximum context", "too long")
+        s in low
+        for s in ("context length", "max_model_len", "maximum context", "too long", "context size")
     ):
         return RemoteError(
             CONTEXT_EXCEEDED,

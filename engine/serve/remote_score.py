@@ -1,15 +1,20 @@
-"""Scoring a text on a served model (issue 25): one ``/v1/completions`` request with vLLM's
-``prompt_logprobs`` returns, for every token of the prompt, its log-probability, its rank over
-the vocabulary and the top-N there; the text is sent as token ids after its context, so the
-positions are exactly those ``engine.tree.score`` scores locally. The reply is checked by
-``engine.validate.prompt_logprobs`` (ids below the local vocabulary) and bounded in size and
-time by the client (``MAX_REPLY_BYTES``, the request's deadline)."""
+"""Scoring a text on a served model (issue 25): one request for the prompt's own
+log-probabilities. vLLM: ``/v1/completions`` with ``prompt_logprobs`` returns, for every token
+of the prompt, its log-probability, its rank over the vocabulary and the top-N there. SGLang:
+``/generate`` with ``logprob_start_len`` 0 returns the log-probability and the top-N, but no
+rank: a token outside its top-N gets the bound N + 1 (``ScoredToken.rank_bound``). The text is
+sent as token ids after its context, so the positions are exactly those ``engine.tree.score``
+scores locally. llama-server and Ollama return no prompt log-probabilities: scoring on them is
+refused in one line (``engine.serve.backends``). The replies are checked by
+``engine.validate.prompt_logprobs`` / ``served_sglang`` (ids below the local vocabulary) and
+bounded in size and time by the client (``MAX_REPLY_BYTES``, the request's deadline)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from engine.serve.backends import VLLM, backend
 from engine.serve.remote import BAD_RESPONSE, LOGPROBS_NOT_ALLOWED, RemoteClient, RemoteError
 from engine.tree.scored import ScoredToken, TextScore, context_and_text, new_score
 from engine.validate import InputError
@@ -42,7 +47,13 @@ def score_served(bundle: Any, text: str, prompt: str = "", top_n: int = 5) -> Te
         too_long = f"The text is {len(full)} tokens with its context: over the served model's"
         raise ValueError(f"{too_long} {bundle.context_length}.")
     n = max(1, min(top_n, bundle.n_logprobs))
-    rows = prompt_logprobs(client, full, n)
+    caps = backend(getattr(bundle, "server_kind", VLLM))
+    if not caps.prompt_logprobs:
+        raise ValueError(
+            f"{caps.title} returns no prompt log-probabilities, so a text cannot be scored on "
+            "it: score on vLLM or SGLang, or on a model loaded here."
+        )
+    rows = prompt_logprobs(client, full, n) if caps.kind == VLLM else _sglang_rows(client, full, n)
     start = max(len(head), 1)  # the first position predicted from some context
     local = not hasattr(tok, "client")  # a local tokenizer: decode here, not the server's text
     out = new_score(prompt, start - len(head))
@@ -56,9 +67,32 @@ def score_served(bundle: Any, text: str, prompt: str = "", top_n: int = 5) -> Te
         )
         word = tok.decode([pos.token_id]) if local else _served_word(pos)
         bits = -pos.logprob / math.log(2)
+        bound = pos.rank > len(pos.top) and not caps.vocab_ranks
         out.tokens.append(
-            ScoredToken(i - len(head), pos.token_id, word, pos.logprob, pos.rank, bits, top)
+            ScoredToken(
+                i - len(head),
+                pos.token_id,
+                word,
+                pos.logprob,
+                pos.rank,
+                bits,
+                top,
+                rank_bound=bound,
+            )  # fmt: skip
         )
+    return out
+
+
+def _sglang_rows(client: Any, ids: list[int], n: int) -> list[PromptPosition | None]:
+    """SGLang's prompt positions as vLLM's: the rank is the token's place among the top-N
+    (ties counted as vLLM does: the likelier ones before it), or N + 1 when it is not listed."""
+    out: list[PromptPosition | None] = [None]
+    for pos in client.prompt_positions(ids, n)[1:]:
+        assert pos.logprob is not None  # checked: only the first has none
+        likelier = sum(1 for _t, lp, _w in pos.top if lp > pos.logprob)
+        listed = any(t == pos.token_id for t, _lp, _w in pos.top)
+        rank = likelier + 1 if listed else len(pos.top) + 1
+        out.append(PromptPosition(pos.token_id, pos.logprob, rank, pos.top))
     return out
 
 

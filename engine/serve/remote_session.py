@@ -17,67 +17,41 @@ Because the session keeps every id and sends them all, Step, Stop, Continue, liv
 forcing a token, branching and Undo work as in ``GenerationSession`` (they are its methods);
 the server's prefix cache makes each step cost about one token.
 
-Stream mode (``RemoteStreamSession``): one streaming request per run; the server samples with
-its own temperature / top-k / top-p / min-p / repetition penalty and seed, and each Step shows
-the raw top-N the server reports. Its processed probabilities are not reported, so ``prob``
-equals ``raw_prob`` there.
+With ``server_sampler`` (llama-server only: ``post_sampling_probs``) each step also asks the
+server's OWN sampler at the same position, with our settings mapped to llama.cpp's chain, and
+each candidate carries its result (``Candidate.server_prob``): our chain and llama.cpp's side
+by side on the same logits.
+
+Stream mode is ``engine.serve.remote_stream``; what each server returns is
+``engine.serve.backends``; ``open_served`` connects to any of them (``engine.serve.connect``).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from engine.decode.base import SessionBase
 from engine.decode.measure import Measured, PenaltiesAtTop
 from engine.decode.session import GenerationSession, StepLogits
-from engine.errors import EmptyPromptError
 from engine.models.catalog import served_source
 from engine.models.loading import DECODER_ONLY, ModelBundle
-from engine.models.prompt import DecodeStart, as_id_list
-from engine.records import KEEP_FULL, SAMPLING, SERVED_STREAM, Candidate, Step
+from engine.models.prompt import as_id_list
+from engine.records import KEEP_FULL, SAMPLING, SERVED_STREAM, Step
 from engine.sampling.sampler import StageReport
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
-from engine.serve.remote import KeySource, RemoteClient, ServedToken
+from engine.serve.backends import backend, capability_line
+from engine.serve.http import ServedClient, ServedToken, TopToken
+from engine.serve.remote_errors import KeySource
+from engine.serve.remote_stream import RemoteStreamSession
 from engine.serve.server_tokenizer import ServerTokenizer, prefetch_step
+from engine.serve.topn import LN2, TopNMath, served_start, top_n_math
 
-LN2 = math.log(2.0)
-
-
-@dataclass(frozen=True)
-class TopNMath:
-    """What explore mode knows of one position from N candidates."""
-
-    raw: tuple[float, ...]  # exp(logprob): true probabilities, not renormalised
-    other: float  # raw mass outside the N candidates
-    entropy_raw: float  # bits; a lower bound (the tail counted as one outcome)
-
-
-def top_n_math(logprobs: Sequence[float]) -> TopNMath:
-    raw = tuple(math.exp(lp) for lp in logprobs)
-    other = max(0.0, 1.0 - math.fsum(raw))
-    h = -math.fsum(p * math.log(p) for p in (*raw, other) if p > 0)
-    return TopNMath(raw, other, max(0.0, h / LN2))
-
-
-def _served_start(
-    prompt_ids: Sequence[int], eos_token_ids: int | Iterable[int] | None, max_context: int | None
-) -> DecodeStart:
-    """Where a served run starts: the prompt checked against the served context."""
-    prompt = [int(i) for i in prompt_ids]
-    if not prompt:
-        raise EmptyPromptError("The prompt is empty: type something for the model to continue.")
-    if max_context is not None and len(prompt) >= max_context:
-        raise ValueError(
-            f"The prompt has {len(prompt)} tokens but the served model's context holds "
-            f"{max_context}: shorten the prompt."
-        )
-    return DecodeStart(False, tuple(as_id_list(eos_token_ids)), [], prompt, max_context)
+__all__ = ["RemoteBundle", "RemoteSession", "RemoteStreamSession", "TopNMath", "open_served",
+           "top_n_math"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -98,7 +72,7 @@ class RemoteSession(GenerationSession):
 
     def __init__(
         self,
-        client: RemoteClient,
+        client: ServedClient,
         prompt_ids: Sequence[int],
         settings: SamplerSettings = DEFAULT_SETTINGS,
         *,
@@ -110,16 +84,25 @@ class RemoteSession(GenerationSession):
         vocab_size: int | None = None,
         keep_candidates: int | None = KEEP_FULL,
         seed: int | None = None,
+        server_sampler: bool = False,
     ) -> None:
         if n_logprobs < 1 or top_n < 1:
             raise ValueError("n_logprobs and top_n must be >= 1")
+        if server_sampler and not backend(client.kind).post_sampling:
+            raise ValueError(
+                f"{backend(client.kind).title} does not report its own sampler's probabilities: "
+                "only llama-server does (post_sampling_probs)"
+            )
         self.client = client
         self.n_logprobs = int(n_logprobs)
+        self.server_sampler = server_sampler
+        self._server_top: tuple[TopToken, ...] | None = None  # its sampler at the last step
+        self._server_label = ""
         super().__init__(
             None, prompt_ids, settings, tokenizer=tokenizer, eos_token_ids=eos_token_ids,
             top_n=min(int(top_n), self.n_logprobs), max_context=max_context,
             keep_candidates=keep_candidates, seed=seed,
-            start=_served_start(prompt_ids, eos_token_ids, max_context),
+            start=served_start(prompt_ids, eos_token_ids, max_context),
             vocab=vocab_size or 0,  # 0: unknown, ids are checked by the server
         )  # fmt: skip
 
@@ -166,7 +149,36 @@ class RemoteSession(GenerationSession):
         size = max(int(cand.max()), max(self.ids), self._forced or 0, self.vocab_size - 1) + 1
         logits = torch.full((1, size), -math.inf)  # [1, vocab]: the tail is unknown
         logits[0, cand] = torch.tensor([t.logprob for t in top], dtype=torch.float32)
+        if self.server_sampler:
+            self._ask_server_sampler()
         return ServedLogits(logits, torch.ones(1, dtype=torch.bool), fed, tuple(top))
+
+    def _ask_server_sampler(self) -> None:
+        """llama.cpp's own chain at this position, with our settings (one more request; its
+        prompt cache makes it cost one token). Stages it cannot run are named in the label."""
+        from engine.serve.llama_server import chain_parameters
+
+        params, missing = chain_parameters(self.settings)
+        self.server_requests += 1
+        sampler_probs = self.client.sampler_probs  # type: ignore[attr-defined]
+        self._server_top = sampler_probs(self.ids, self.n_logprobs, params)
+        self._server_label = "llama.cpp" + (f" (without {', '.join(missing)})" if missing else "")
+
+    def _make_step(self, m: Measured, *args: Any, **kwargs: Any) -> Step:
+        """The step as the local session makes it, with the server's own sampler beside ours:
+        a candidate its chain kept has its probability, one it cut 0.0; one it may have kept
+        past the N it listed is unknown (None)."""
+        step = super()._make_step(m, *args, **kwargs)
+        server, self._server_top = self._server_top, None
+        if server is None:
+            return step
+        listed = {t.token_id: math.exp(t.logprob) for t in server}
+        complete = len(server) < self.n_logprobs  # fewer than asked: all its survivors
+        candidates = tuple(
+            replace(c, server_prob=listed.get(c.token_id, 0.0 if complete else None))
+            for c in step.candidates
+        )
+        return replace(step, candidates=candidates, server_sampler=self._server_label)
 
     def _measure(
         self,
@@ -221,115 +233,40 @@ def _penalties_at(report: StageReport, ids: torch.Tensor) -> PenaltiesAtTop | No
     )
 
 
-class RemoteStreamSession(SessionBase):
-    """Stream mode: one streaming request, the server samples (its temperature, top-k, top-p,
-    min-p, repetition penalty and the settings' seed); Steps carry the raw top-N it reports.
-    No branching or Undo: the choices are the server's."""
-
-    method = SERVED_STREAM
-
-    def __init__(
-        self,
-        client: RemoteClient,
-        prompt_ids: Sequence[int],
-        settings: SamplerSettings = DEFAULT_SETTINGS,
-        *,
-        tokenizer: Any | None = None,
-        eos_token_ids: int | Iterable[int] | None = None,
-        top_n: int = 20,
-        n_logprobs: int = 20,
-        max_context: int | None = None,
-        keep_candidates: int | None = KEEP_FULL,
-    ) -> None:
-        if getattr(settings, "grammar", ""):  # the server samples: the lab cannot constrain it
-            raise ValueError("Stream mode cannot keep a grammar (the server samples): use "
-                             "explore mode, or clear the grammar")  # fmt: skip
-        self.client = client
-        self.n_logprobs = int(n_logprobs)
-        self.server_requests = 0
-        super().__init__(
-            None, prompt_ids, settings, tokenizer=tokenizer, eos_token_ids=eos_token_ids,
-            top_n=min(int(top_n), self.n_logprobs), max_context=max_context,
-            keep_candidates=keep_candidates,
-            start=_served_start(prompt_ids, eos_token_ids, max_context), vocab=0,
-        )  # fmt: skip
-
-    @property
-    def forward_passes(self) -> int:
-        return self.server_requests
-
-    def sampling_parameters(self) -> dict[str, Any]:
-        """The settings as completions parameters; neutral values are left to the server."""
-        s = self._settings or DEFAULT_SETTINGS
-        out: dict[str, Any] = {"temperature": s.temperature, "seed": s.seed}
-        if s.top_k:
-            out["top_k"] = s.top_k
-        if s.top_p < 1:
-            out["top_p"] = s.top_p
-        if s.min_p > 0:
-            out["min_p"] = s.min_p
-        if s.repetition_penalty != 1:
-            out["repetition_penalty"] = s.repetition_penalty
-        if s.min_new_tokens:
-            out["min_tokens"] = s.min_new_tokens
-        return out
-
-    def _advance(self, room: int) -> Iterator[Step]:
-        self.server_requests += 1
-        fed = len(self.ids)
-        last = time.perf_counter()
-        params = self.sampling_parameters()
-        for served in self.client.stream(self.ids, room, self.n_logprobs, **params):
-            now = time.perf_counter()
-            if served.finish_reason == "stop" and served.token_id not in self.eos_token_ids:
-                self.eos_token_ids = (*self.eos_token_ids, served.token_id)
-            yield self._served_step(served, now - last, fed)
-            last, fed = now, 1
-            if self.finished:
-                return
-
-    def _served_step(self, served: ServedToken, elapsed: float, fed: int) -> Step:
-        top = served.top[: self.n_logprobs]
-        math_ = top_n_math([t.logprob for t in top])
-        ids = [t.token_id for t in top]
-        rank = ids.index(served.token_id) + 1 if served.token_id in ids else len(ids) + 1
-        raw = math.exp(served.logprob)
-        n = self.top_n
-        rate = self.clock.add(elapsed, fed)
-        prefetch_step(self.text_track, served.token_id, ids[:n])  # one /detokenize request
-        text = self.text_track.push(served.token_id)
-        show = self.text_track.show
-        step = Step(
-            index=len(self.history), token_id=served.token_id, text=text,
-            token_str=show(served.token_id), raw_prob=raw, prob=raw, rank=rank,
-            candidates=tuple(
-                Candidate(i, show(i), p, p) for i, p in zip(ids[:n], math_.raw[:n], strict=True)
-            ),
-            survivors=len(ids), entropy_raw=math_.entropy_raw, entropy=math_.entropy_raw,
-            step_time=elapsed, tokens_per_s=rate, is_eos=served.token_id in self.eos_token_ids,
-            source="server", prefill=fed > 1, other_p=math_.other, entropy_lower_bound=True,
-        )  # fmt: skip
-        self._add(step)
-        return step
-
-
 # -- the served model as the window and the workbench see it ---------------------------------
 
 
 @dataclass
 class RemoteBundle(ModelBundle):
     """A served model in the place of a loaded one: ``model`` is None, ``client`` talks to the
-    server. ``make_session`` builds the run's session (explore, or stream for SERVED_STREAM)."""
+    server. ``make_session`` builds the run's session (explore, or stream for SERVED_STREAM).
+    ``server_kind``: which server (``engine.serve.backends``); ``server_sampler``: llama-server's
+    own sampler beside ours in explore mode; ``raw_flag``: the user says the server's
+    log-probabilities are raw at any temperature (SGLang's SGLANG_RETURN_ORIGINAL_LOGPROB)."""
 
-    client: RemoteClient | None = None
+    client: ServedClient | None = None
     n_logprobs: int = 20
     key_source: KeySource | None = None
+    server_kind: str = "vllm"
+    server_sampler: bool = False
+    raw_flag: bool = False
+    detected: str = ""  # how the kind was known
 
     def describe(self) -> str:
         assert self.client is not None
-        return f"{self.client.model} · served by {self.client.host} · top-{self.n_logprobs}"
+        title = backend(self.server_kind).title
+        name = (
+            self.client.model.rsplit("/", 1)[-1]
+            if self.client.model.endswith(".gguf")
+            else (self.client.model)
+        )  # llama-server names its model by the file's path: the file is enough
+        return f"{name} · {title} at {self.client.host} · top-{self.n_logprobs}"
 
-    def make_session(self, ids: list[int], request: Any) -> SessionBase:
+    def capability(self) -> str:
+        """The one line that says what this server's bars are (the window and the CLI)."""
+        return capability_line(self.server_kind, self.n_logprobs, self.server_sampler)
+
+    def make_session(self, ids: list[int], request: Any) -> Any:
         assert self.client is not None
         common: dict[str, Any] = dict(
             tokenizer=self.tokenizer, eos_token_ids=self.eos_token_ids,
@@ -337,13 +274,16 @@ class RemoteBundle(ModelBundle):
             max_context=self.context_length, keep_candidates=request.keep_candidates,
         )  # fmt: skip
         if request.method == SERVED_STREAM:
-            return RemoteStreamSession(self.client, ids, request.settings, **common)
+            raw = self.raw_flag
+            return RemoteStreamSession(self.client, ids, request.settings, raw_flag=raw, **common)
         if request.method != SAMPLING:
             raise ValueError(
                 "A served model runs token by token (explore) or streamed by the server; beam "
                 "search and speculative decoding need the model here."
             )
-        return RemoteSession(self.client, ids, request.settings, **common)
+        return RemoteSession(
+            self.client, ids, request.settings, server_sampler=self.server_sampler, **common
+        )
 
 
 def open_served(
@@ -351,24 +291,31 @@ def open_served(
     model: str | None = None,
     key_source: KeySource | None = None,
     *,
+    kind: str = "auto",
     tokenizer: str | None = None,
     n_logprobs: int = 20,
     verify: bool = True,
     timeout: float = 60.0,
     api_key: str | None = None,
+    server_sampler: bool = False,
+    raw_logprobs: bool = False,
 ) -> RemoteBundle:
-    """Connect to an OpenAI-compatible server and describe its model as a bundle the workbench
-    runs like a loaded one. ``tokenizer``: a hub id or folder of the same tokenizer (default:
-    the served model's name, when it names one here; else the server's /tokenize and
-    /detokenize). Raises ``RemoteError`` with a clear message when the server cannot be used."""
-    client = RemoteClient(
-        url, model, key_source=key_source, api_key=api_key, verify=verify, timeout=timeout
-    )
+    """Connect to a served model (``kind``: vllm, llama-server, ollama, sglang, or auto: asked
+    of the server) and describe it as a bundle the workbench runs like a loaded one.
+    ``tokenizer``: a hub id or folder of the same tokenizer (default: the served model's name,
+    when it names one here; else the server's /tokenize and /detokenize, where it has them).
+    ``n_logprobs`` is capped at the server's own limit (Ollama: 20). Raises ``RemoteError``
+    (or ``ValueError``) with a clear message when the server cannot be used."""
+    from engine.serve.connect import client_for
+
+    options = dict(key_source=key_source, api_key=api_key, verify=verify, timeout=timeout)
+    client, how = client_for(kind, url, model, **options)
+    caps = backend(client.kind)
+    n_logprobs = min(n_logprobs, caps.max_top_n or n_logprobs)
     try:
-        context = client.max_model_len()
-        local = _local_tokenizer(tokenizer or client.model)
-        client.vocab_size = len(local) if local is not None else None  # ids it lacks: noted
-        tok: Any = local if local is not None else ServerTokenizer(client)
+        if server_sampler and not caps.post_sampling:
+            raise ValueError(f"{caps.title} does not report its own sampler's probabilities.")
+        tok, context = _prepare(client, tokenizer)
         # One real step: says now, not at the first Generate, whether token-id prompts and
         # this many log-probabilities are accepted.
         client.next_token(tok("Hello")["input_ids"], n_logprobs)
@@ -377,14 +324,38 @@ def open_served(
         raise
     eos = _eos_ids(tokenizer or client.model, tok)
     key_kind = key_source.kind if key_source is not None else "none"
+    source_key = served_source(client.base_url, client.model, key_kind, client.kind)
     return RemoteBundle(
         model=None, tokenizer=tok, kind=DECODER_ONLY, device=torch.device("cpu"),  # type: ignore[arg-type]
         dtype=torch.float32, name=f"{client.model} @ {client.host}", source=client.base_url,
         context_length=context, eos_token_ids=eos, extra={"served": True},
-        source_key=served_source(client.base_url, client.model, key_kind), client=client,
-        n_logprobs=n_logprobs,
-        key_source=key_source,
+        source_key=source_key, client=client, n_logprobs=n_logprobs, key_source=key_source,
+        server_kind=client.kind, server_sampler=server_sampler, raw_flag=raw_logprobs,
+        detected=how,
     )  # fmt: skip
+
+
+def _prepare(client: Any, tokenizer: str | None) -> tuple[Any, int | None]:
+    """The tokenizer the lab uses with ``client`` (local, else the server's), the served
+    context, and what the client needs of the tokenizer (Ollama: text and pieces)."""
+    caps = backend(client.kind)
+    context = client.max_model_len()
+    served_vocab = getattr(client, "served_vocab", lambda: None)()
+    if served_vocab:  # llama-server says its vocabulary: a larger id is a broken reply
+        client.id_limit = min(client.id_limit, served_vocab)
+    local = _local_tokenizer(tokenizer or client.model)
+    client.vocab_size = len(local) if local is not None else None  # ids it lacks: noted
+    if local is None and not caps.tokenizer_routes:
+        raise ValueError(
+            f"{caps.title} has no tokenizer routes the lab can use: give a local copy of the "
+            "model's tokenizer (--tokenizer, a hub id or folder; in the window: Tokenizer)."
+        )
+    if client.kind == "ollama":
+        from engine.serve.ollama import PieceMap
+
+        client.pieces = PieceMap(local)
+        client.text_of = lambda ids: local.decode(list(ids), skip_special_tokens=False)
+    return (local if local is not None else ServerTokenizer(client)), context
 
 
 def _local_tokenizer(source: str) -> Any | None:

@@ -12,23 +12,19 @@ transformers folder:
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from engine.serve.local_server import (  # noqa: F401 - free_port: the tests' name for it
+    LocalServer,
+    free_port,
+    launch,
+    wait_until_up,
+)
+
 DEFAULT_VENV = ".venv-vllm"
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bundled_hf_folder() -> Path:
@@ -61,46 +57,7 @@ def vllm_problem(venv: str | Path = DEFAULT_VENV) -> str | None:
     return None
 
 
-@dataclass
-class VLLMServer:
-    """A running ``vllm serve``; ``stop`` ends it (its whole process group)."""
-
-    process: subprocess.Popen
-    url: str
-    model: str
-    log_path: Path
-    started_s: float = 0.0
-    api_key: str | None = field(default=None, repr=False)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def log_tail(self, lines: int = 25) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def kill(self) -> None:
-        """Kill it at once (SIGKILL), as a crash would."""
-        if self.alive():
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def stop(self, grace: float = 30.0) -> None:
-        if not self.alive():
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def __enter__(self) -> VLLMServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+VLLMServer = LocalServer  # the name the vLLM tests know
 
 
 def start_vllm(
@@ -130,25 +87,11 @@ def start_vllm(
         "--port", str(port), "--max-model-len", str(max_model_len),
         "--max-logprobs", str(max_logprobs), "--dtype", dtype,
     ]  # fmt: skip
-    start = time.perf_counter()
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True,  # its own process group: stop() ends the engine workers too
-        )  # fmt: skip
+    process = launch(cmd, log, env)  # its own process group: stop() ends the workers too
     server = VLLMServer(process, f"http://127.0.0.1:{port}", str(folder), log, api_key=api_key)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    while time.perf_counter() - start < timeout:
-        if not server.alive():
-            raise RuntimeError(
-                f"vllm serve exited with {process.returncode} while starting:\n{server.log_tail()}"
-            )
-        try:
-            if httpx.get(f"{server.url}/v1/models", headers=headers, timeout=5).status_code == 200:
-                server.started_s = time.perf_counter() - start
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(2)
-    server.stop()
-    raise RuntimeError(f"vllm serve did not come up in {timeout:.0f} s:\n{server.log_tail()}")
+
+    def ready() -> bool:
+        return httpx.get(f"{server.url}/v1/models", headers=headers, timeout=5).status_code == 200
+
+    return wait_until_up(server, "vllm serve", ready, timeout, poll=2.0)

@@ -26,6 +26,9 @@ class ScoredToken:
     surprisal: float  # bits
     top: tuple[tuple[int, str, float], ...] = ()  # (token_id, text, probability)
     entropy: float = float("nan")  # bits, of the whole distribution at this position
+    # the rank is a lower bound: a served model (SGLang) listed only its top-N and the token
+    # was not among them, so it ranks at least N + 1
+    rank_bound: bool = False
 
 
 @dataclass
@@ -75,6 +78,7 @@ class TextScore:
                     "surprisal": t.surprisal,
                     "top": [list(c) for c in t.top],
                     "entropy": None if math.isnan(t.entropy) else t.entropy,
+                    **({"rank_at_least": True} if t.rank_bound else {}),
                 }
                 for t in self.tokens
             ],  # fmt: skip

@@ -57,7 +57,9 @@ def check_ranges(steps: list[Step]) -> None:
         for c in s.candidates:
             if not 0 <= c.token_id <= MAX_TOKEN_ID:
                 raise _bad(i, "candidates.token_id", "an id >= 0", c.token_id)
-            if not (_probability(c.raw_prob) and _probability(c.prob)):
+            if not (_probability(c.raw_prob) and _probability(c.prob)) or not _probability(
+                c.server_prob
+            ):
                 raise _bad(i, "candidates.prob", "a probability in [0, 1]", c.prob)
 
 
