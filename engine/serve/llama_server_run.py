@@ -6,13 +6,16 @@ served-model tests; no Qt. The command is the one the README gives:
         -c 2048 --parallel 1 --threads 2
 
 One slot (``--parallel 1``), so every request of a run meets the prompt cache of the last and
-the answers do not depend on which slot took them.
+the answers do not depend on which slot took them; one thread, because ggml's threads wait for
+each other by spinning and on a shared 2-core machine a second thread made each token ~4 s
+(measured: 4.8 s per explore step with 2 threads under another process's load, 0.05 s with 1).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -47,11 +50,13 @@ def start_llama_server(
     threads: int = 1,
     timeout: float = 120.0,
     log_path: str | Path | None = None,
+    extra: Sequence[str] = (),
 ) -> LocalServer:
     """Start ``llama-server -m gguf`` on 127.0.0.1 and wait (at most ``timeout`` s) until
     ``/health`` says the model is loaded. ``api_key``: passed in the environment
     (``LLAMA_API_KEY``), not on the command line. Raises RuntimeError with the log's tail when
-    it does not come up."""
+    it does not come up. ``extra``: more options (the exact-reference tests run
+    ``-fa off -ctk f32 -ctv f32``: no flash attention, a float32 KV cache)."""
     port = port or free_port()
     log = Path(log_path) if log_path else Path(f"/tmp/decoding-lab-llama-server-{port}.log")
     env = dict(os.environ)
@@ -61,7 +66,7 @@ def start_llama_server(
     cmd = [
         str(Path(folder) / "bin" / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1",
         "--port", str(port), "-c", str(context), "--parallel", "1", "--threads", str(threads),
-        "--no-webui",
+        "--no-webui", *extra,
     ]  # fmt: skip
     server = LocalServer(launch(cmd, log, env), f"http://127.0.0.1:{port}", str(gguf), log,
                          api_key=api_key)  # fmt: skip

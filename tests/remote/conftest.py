@@ -4,7 +4,11 @@ stopped at the end. Skips with the reason when vLLM cannot run here.
 
 DECODING_LAB_VLLM_URL points the tests at a server already running instead (serving the
 converted folder under its path as the name); the tests that kill the server or need its API
-key then skip."""
+key then skip.
+
+Likewise one real llama.cpp ``llama-server`` (built from source into .llama-server by
+``make llama-server``) on the bundled SmolLM2 GGUF itself, for the tests marked
+``llama_server``; it skips with the reason when the build is missing or does not run here."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from engine.serve.llama_server_run import llama_server_problem, start_llama_server
+from engine.serve.local_server import LocalServer
 from engine.serve.remote_session import open_served
 from engine.serve.vllm_server import VLLMServer, bundled_hf_folder, start_vllm, vllm_problem
 
@@ -50,6 +56,31 @@ def served(vllm_server, hf_folder):
     """The served model opened by the client (one per test module: a test may change its
     client's retries)."""
     bundle = open_served(vllm_server.url, str(hf_folder), api_key=vllm_server.api_key)
+    yield bundle
+    bundle.client.close()
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[LocalServer]:
+    """llama-server on the bundled GGUF (Q4_1), one slot, one thread, an API key."""
+    from engine.models.catalog import _smollm2_path
+
+    folder = os.environ.get("DECODING_LAB_LLAMA_SERVER_DIR", ".llama-server")
+    problem = llama_server_problem(folder)
+    if problem is not None:
+        pytest.skip(f"llama-server cannot run here: {problem}")
+    server = start_llama_server(_smollm2_path(), folder=folder, api_key=API_KEY, timeout=120)
+    print(f"\n[llama-server up in {server.started_s:.1f} s at {server.url}]")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def llama_served(llama_server, hf_folder):
+    """The llama-server model opened by the client, its kind detected (one per module)."""
+    bundle = open_served(llama_server.url, api_key=API_KEY, tokenizer=str(hf_folder))
     yield bundle
     bundle.client.close()
 
