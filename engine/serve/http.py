@@ -165,7 +165,9 @@ class HttpClient:
         self.close()
 
     def models(self) -> list[ServedModelInfo]:
-        raise NotImplementedError
+        """The served models, as each backend's client asks for them (none known here: the
+        bare client only probes which server it is)."""
+        return []
 
     def note_ids(self, ids: Any) -> None:
         """Remember ids the local tokenizer does not know (shown in the status line)."""
