@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from PySide6.QtCore import QObject, Slot
 from PySide6.QtWidgets import QInputDialog, QLabel, QPlainTextEdit, QWidget
 
+from engine.models.catalog import served_kind, served_options
 from engine.validate.served import CREDENTIALS_REFUSED, has_credentials, redact_url
 from gui.widgets.served_dialog import ServedDialog, parse_served
 
@@ -20,6 +21,17 @@ if TYPE_CHECKING:
     from gui.widgets.method_panel import MethodPanel
     from gui.widgets.model_picker import ModelPicker
     from gui.worker import EngineRunner
+
+
+def served_run_options(source: str) -> dict[str, object]:
+    """``open_served``'s keywords from a served source: the server kind and the remembered
+    options (tokenizer, llama.cpp's own sampler, raw log-probabilities)."""
+    options = served_options(source)
+    return {
+        "kind": served_kind(source), "tokenizer": options.get("tokenizer") or None,
+        "server_sampler": options.get("server_sampler") == "1",
+        "raw_logprobs": options.get("raw_logprobs") == "1",
+    }  # fmt: skip
 
 
 class ModelHost(Protocol):
@@ -37,6 +49,7 @@ class ModelHost(Protocol):
     def after_idle(self, fn: Callable[[], None]) -> None: ...
     def show_error(self, message: str) -> None: ...
     def clear_output(self) -> None: ...
+    def show_capability(self, versions: tuple[str, ...]) -> None: ...
 
 
 class ModelActions(QObject):
@@ -68,12 +81,14 @@ class ModelActions(QObject):
             return
         self._loading_source = source
         h.picker.fill(pending=source)
-        if served is not None:  # a model behind an OpenAI-compatible endpoint
+        if served is not None:  # a model behind a served endpoint
             from engine.serve.remote import KeySource
 
             url, model, key_kind = served
             h.status_text.setText(f"Connecting to {url}…")
-            h.runner.open_served(url, model or None, KeySource(key_kind))
+            h.runner.open_served(
+                url, model or None, KeySource(key_kind), **served_run_options(source)
+            )
             return
         h.status_text.setText(f"Loading {source}…")
         h.runner.load(source)
@@ -101,6 +116,7 @@ class ModelActions(QObject):
         self.bundle, self._loading_source = bundle, None
         h.picker.remember(source)
         h.model_label.setText(bundle.describe())
+        h.show_capability(getattr(bundle, "capability_versions", tuple)())  # a served model
         h.method.set_served(hasattr(bundle, "make_session"))  # a served model's stream mode
         h.prompt_box.describe_model(bundle.is_encoder_decoder, bundle.has_chat_template)
         example = bundle.extra.get("example_prompt")

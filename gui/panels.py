@@ -203,6 +203,13 @@ class DistributionBox(QWidget):
         self.key.set_versions(self.plot.legend_versions())
         self.plot.legend_changed.connect(lambda: self.key.set_versions(self.plot.legend_versions()))
         self.key.setObjectName("dist_key")
+        # a served model: what its bars are (engine.serve.backends), whole on hover
+        self.capability = _shrinkable(QLabel())
+        self.capability.setObjectName("served_capability")
+        self.capability.setWordWrap(True)
+        self.capability.setTextFormat(Qt.TextFormat.PlainText)
+        self.capability.hide()
+        layout.addWidget(self.capability)
         layout.addWidget(self.info)
         layout.addWidget(self.key)
         layout.addWidget(self.plot, 1)

@@ -183,7 +183,8 @@ class RunStore:
         s["per_step"].append(1.0 / step.step_time if decode else NAN)
         s["paced"].append(self._paced_rate())
         s["h_raw"].append(step.entropy_raw)
-        s["h"].append(step.entropy)
+        # a raw-only served stream: nothing after the sampler is known, so no point is drawn
+        s["h"].append(step.entropy if getattr(step, "after_sampler", True) else NAN)
 
     def _paced_rate(self) -> float:
         """Tokens per second as they reached the screen, over the last 20 (pacing included)."""

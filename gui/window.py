@@ -242,6 +242,14 @@ class MainWindow(QMainWindow):
     def clear_output(self) -> None:
         self.runs.clear_output()
 
+    def show_capability(self, versions: tuple[str, ...]) -> None:
+        """A served model's capability line above the distribution: the brief version (two
+        lines at most), the whole one on hover; () hides it."""
+        label = self.plots.dist_box.capability
+        label.setText(versions[1] if len(versions) > 1 else "".join(versions))
+        label.setToolTip(versions[0] if versions else "")  # no tags in it: shown as text
+        label.setVisible(bool(versions))
+
     @Slot()
     def undo(self) -> None:
         """The last choice taken back, or (on a path the engine does not hold) the last move."""

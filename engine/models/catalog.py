@@ -143,12 +143,27 @@ def open_model(
 SERVED_PREFIX = "served|"
 
 
-def served_source(url: str, model: str, key_kind: str, server_kind: str = "auto") -> str:
+def served_source(
+    url: str, model: str, key_kind: str, server_kind: str = "auto",
+    options: dict[str, str] | None = None,
+) -> str:  # fmt: skip
     """A served model as a source string (the recents keep it). ``server_kind`` (vllm,
-    llama-server, ollama, sglang) follows the address after a last "|" (no URL holds one
-    unescaped); "auto" writes the older three-part form."""
-    tail = "" if server_kind in ("", "auto") else f"|{server_kind}"
+    llama-server, ollama, sglang) and ``options`` (the tokenizer, llama.cpp's own sampler, raw
+    log-probabilities; URL-encoded) follow the address after "|" (no URL holds one unescaped);
+    "auto" with no options writes the older three-part form."""
+    from urllib.parse import urlencode
+
+    tail = "" if server_kind in ("", "auto") and not options else f"|{server_kind or 'auto'}"
+    tail += f"|{urlencode(options)}" if options else ""
     return f"{SERVED_PREFIX}{key_kind}|{model}|{url.strip().rstrip('/')}{tail}"
+
+
+def served_options(source: str) -> dict[str, str]:
+    """The options a served source remembers ({} when none)."""
+    from urllib.parse import parse_qsl
+
+    parts = source[len(SERVED_PREFIX) :].split("|") if source.startswith(SERVED_PREFIX) else []
+    return dict(parse_qsl(parts[4])) if len(parts) > 4 else {}
 
 
 def parse_served(source: str) -> tuple[str, str, str] | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 VLLM, LLAMA_SERVER, OLLAMA, SGLANG = "vllm", "llama-server", "ollama", "sglang"
+SHORT = {VLLM: "vLLM", LLAMA_SERVER: "llama-server", OLLAMA: "Ollama", SGLANG: "SGLang"}
 AUTO = "auto"  # detect the server from what it answers
 
 
@@ -135,3 +136,18 @@ def capability_line(kind: str, n: int, server_sampler: bool = False) -> str:
     limit = f"at most {b.max_top_n}" if b.max_top_n else b.limit_flag
     entropy = f"entropy: a lower bound (top-{n} + the rest as one)"
     return f"{b.title} · {bars} · {entropy} · {score} · {ids} · candidates: {limit}"
+
+
+def capability_versions(kind: str, n: int, server_sampler: bool = False) -> tuple[str, ...]:
+    """The capability line, longest first, then shorter ones that still say the same things
+    (the window shows the first that fits on one line, the whole one on hover)."""
+    b = backend(kind)
+    ours = "our sampler" + (" + llama.cpp's" if server_sampler and b.post_sampling else "")
+    stream = "stream: tempered" if b.stream_probs == "tempered" else "stream: raw"
+    score = "scores texts" if b.prompt_logprobs else "can't score texts"
+    ids = "exact ids" if b.token_ids else "ids from text"
+    brief = (
+        f"{SHORT[kind]} · raw top-{n} → {ours} · {stream} · entropy ≥ (a bound) · {score} · {ids}"
+    )
+    briefer = f"{SHORT[kind]} · top-{n} → {ours} · {stream} · H ≥ · {score} · {ids}"
+    return capability_line(kind, n, server_sampler), brief, briefer

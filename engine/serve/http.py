@@ -60,6 +60,7 @@ class ServedToken:
     top: tuple[TopToken, ...]
     finish_reason: str | None = None
     seconds: float = 0.0  # the request's latency (next_token); 0 in a stream
+    arrived: float = 0.0  # a stream's: time.perf_counter() when its event came (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -341,7 +342,8 @@ def with_finish(
     non-streamed answer (the sessions learn EOS ids from a "stop")."""
     pending: ServedToken | None = None
     for event in events:
-        got = served(event)
+        now = time.perf_counter()  # a held token's time is its event's, not its yield's
+        got = [replace(t, arrived=now) for t in served(event)]
         if got:
             if pending is not None:
                 yield pending

@@ -43,7 +43,7 @@ from engine.models.prompt import as_id_list
 from engine.records import KEEP_FULL, SAMPLING, SERVED_STREAM, Step
 from engine.sampling.sampler import StageReport
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
-from engine.serve.backends import backend, capability_line
+from engine.serve.backends import backend, capability_line, capability_versions
 from engine.serve.http import ServedClient, ServedToken, TopToken
 from engine.serve.remote_errors import KeySource
 from engine.serve.remote_stream import RemoteStreamSession
@@ -265,6 +265,10 @@ class RemoteBundle(ModelBundle):
     def capability(self) -> str:
         """The one line that says what this server's bars are (the window and the CLI)."""
         return capability_line(self.server_kind, self.n_logprobs, self.server_sampler)
+
+    def capability_versions(self) -> tuple[str, ...]:
+        """That line, then shorter ones saying the same (the window fits one on a line)."""
+        return capability_versions(self.server_kind, self.n_logprobs, self.server_sampler)
 
     def make_session(self, ids: list[int], request: Any) -> Any:
         assert self.client is not None

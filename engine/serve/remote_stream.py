@@ -118,7 +118,7 @@ class RemoteStreamSession(SessionBase):
         last = time.perf_counter()
         params = self.sampling_parameters()
         for served in self.client.stream(self.ids, room, self.n_logprobs, **params):
-            now = time.perf_counter()
+            now = served.arrived or time.perf_counter()  # held back a little: when it came
             if served.finish_reason == "stop" and served.token_id not in self.eos_token_ids:
                 self.eos_token_ids = (*self.eos_token_ids, served.token_id)
             yield self._served_step(served, now - last, fed)

@@ -3,8 +3,6 @@ explicitly (no auto-range per frame). Only the GUI thread calls these."""
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
@@ -14,7 +12,7 @@ from PySide6.QtWidgets import QToolTip, QWidget
 from engine.records import SCORED, Candidate, Step
 from gui.theme import CUT_MARK, LIGHT, Theme
 from gui.widgets.series_plot import still_plot, style_axes, tick_font
-from gui.widgets.step_text import pct, short, value_text
+from gui.widgets.step_text import bar_text, legend_html, short, value_text
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
 
@@ -23,6 +21,7 @@ X_LIMITS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)  # the probability axis ends at
 
 
 OTHER_ID = -1  # the "other" bar of a served model's step (not a token)
+SERVER_BAR = "#009e73"  # a served model's own sampler (llama-server), beside ours
 
 
 class DistributionPlot(pg.PlotWidget):
@@ -58,13 +57,15 @@ class DistributionPlot(pg.PlotWidget):
         self.raw_kept = pg.BarGraphItem(x0=[], y=[], height=0.4, width=[])
         self.raw_cut = pg.BarGraphItem(x0=[], y=[], height=0.4, width=[])
         self.processed = pg.BarGraphItem(x0=[], y=[], height=0.4, width=[])
+        self.server = pg.BarGraphItem(x0=[], y=[], height=0.26, width=[])
         self.chosen = pg.BarGraphItem(x0=[], y=[], height=0.9, width=[])
         self.cut_line = pg.InfiniteLine(angle=0, movable=False)
         self.cut_label = pg.TextItem(anchor=(1, 0))
         self.gap_line = pg.InfiniteLine(angle=0, movable=False)
         # where a penalised token's probability was before the penalty (a diamond on its row)
         self.before = pg.ScatterPlotItem(size=13, symbol="d")
-        for item in (self.raw_kept, self.raw_cut, self.processed, self.chosen, self.cut_line):
+        for item in (self.raw_kept, self.raw_cut, self.processed, self.server, self.chosen,
+                     self.cut_line):  # fmt: skip
             self.addItem(item)
         self.addItem(self.gap_line)
         self.addItem(self.before)
@@ -85,6 +86,7 @@ class DistributionPlot(pg.PlotWidget):
         self.raw_kept.setOpts(brush=pg.mkBrush(theme.raw_bar), pen=pg.mkPen(None))
         self.raw_cut.setOpts(brush=hatch, pen=pg.mkPen(theme.cut_bar, width=1))
         self.processed.setOpts(brush=pg.mkBrush(theme.kept_bar), pen=pg.mkPen(None))
+        self.server.setOpts(brush=pg.mkBrush(SERVER_BAR), pen=pg.mkPen(None))
         self.chosen.setOpts(brush=pg.mkBrush(None), pen=pg.mkPen(theme.chosen, width=3))
         self.cut_line.setPen(pg.mkPen(CUT_MARK, width=2, style=Qt.PenStyle.DashLine))
         self.gap_line.setPen(pg.mkPen(theme.muted, width=1, style=Qt.PenStyle.DotLine))
@@ -121,28 +123,21 @@ class DistributionPlot(pg.PlotWidget):
 
     @property
     def sampled(self) -> bool:
-        """The step shown went through a sampler: a scored text's has no bars after one."""
-        return self.step is None or self.step.source != SCORED
+        """The step shown has probabilities after a sampler: a scored text's has none, nor has
+        a served stream's whose server reports raw probabilities only."""
+        step = self.step
+        return step is None or (step.source != SCORED and getattr(step, "after_sampler", True))
+
+    @property
+    def server_label(self) -> str:
+        """Whose own sampler the third bar shows ("llama.cpp"), "" when there is none."""
+        label = getattr(self.step, "server_sampler", "") if self.sampled else ""
+        return label.split(" (")[0]
 
     def legend_html(self, short: int = 0) -> str:
         """The key, drawn outside the plot by whoever holds it; ``short`` 1 and 2 drop words
         and then the rarer marks, so that it fits on one line in a narrow plot."""
-        t = self.theme
-
-        def chip(color: str, text: str, swatch: str = "■") -> str:
-            return f"<span style='color:{color}'>{swatch}</span>&nbsp;{text}"
-
-        chips = [
-            chip(t.raw_bar, "model"), chip(t.kept_bar, "after sampler" if short < 2 else "sampler"),
-            chip(t.cut_bar, "cut", "▨"), chip(t.chosen, "chosen", "□"),
-            chip(CUT_MARK, "cut-off", "┅"),
-            chip(t.chosen, "before a penalty" if short == 0 else "penalised", "◇"),
-        ]  # fmt: skip
-        if not self.sampled:  # a scored text: the model's bars and the chosen token only
-            chips = [chips[0], chips[3]]
-        elif short >= 2:
-            chips = chips[:4]
-        return " &nbsp; ".join(chips)
+        return legend_html(self.theme, self.sampled, self.server_label, short, SERVER_BAR)
 
     def legend_versions(self) -> tuple[str, ...]:
         return tuple(self.legend_html(n) for n in (0, 1, 2))
@@ -161,16 +156,16 @@ class DistributionPlot(pg.PlotWidget):
         if step is not self.step and self.marks and (step is None or self.step is None
                                                      or step.index != self.step.index):  # fmt: skip
             self.marks = {}
-        was_sampled = self.sampled
+        was = (self.sampled, self.server_label)
         self.step = step
-        if self.sampled != was_sampled:
+        if (self.sampled, self.server_label) != was:
             self.legend_changed.emit()
         if step is None:
             self._clear()
             return
         self.rows = self._rows(step)
         raw, proc = self._draw_bars(step)
-        upper = self._scale_x(np.maximum(raw, proc))
+        upper = self._scale_x(np.maximum(np.maximum(raw, proc), self._theirs))
         shown = self.shown_n
         self._mark_cut(step, (proc <= 0)[:shown], upper)
         outside = len(self.rows) > shown
@@ -182,7 +177,7 @@ class DistributionPlot(pg.PlotWidget):
 
     def _clear(self) -> None:
         self.rows = []
-        for item in (self.raw_kept, self.raw_cut, self.processed, self.chosen):
+        for item in (self.raw_kept, self.raw_cut, self.processed, self.server, self.chosen):
             item.setOpts(x0=[], y=[], width=[])
         self.cut_line.hide()
         self.gap_line.hide()
@@ -199,23 +194,33 @@ class DistributionPlot(pg.PlotWidget):
         y = np.array([r[0] for r in self.rows])
         raw = np.array([r[1].raw_prob for r in self.rows])
         proc = np.array([r[1].prob for r in self.rows])
+        theirs = np.array([r[1].server_prob or 0.0 for r in self.rows])
         cut = proc <= 0
-        # a scored text's token has no sampler: one bar per row, the model's, twice as thick
-        off, tall = (0.2, 0.4) if self.sampled else (0.0, 0.8)
+        # a scored text's token (or a raw-only stream's) has no sampler: one bar per row, the
+        # model's, twice as thick; a served model's own sampler adds a third, thinner bars
+        off, tall, mid = (0.2, 0.4, 0.2) if self.sampled else (0.0, 0.8, 0.2)
+        if self.server_label:
+            off, tall, mid = 0.27, 0.26, 0.0
         self.raw_kept.setOpts(x0=np.zeros((~cut).sum()), y=y[~cut] - off, width=raw[~cut],
                               height=tall)  # fmt: skip
         self.raw_cut.setOpts(x0=np.zeros(cut.sum()), y=y[cut] - off, width=raw[cut], height=tall)
         shown = len(y) if self.sampled else 0
-        self.processed.setOpts(x0=np.zeros(shown), y=y[:shown] + 0.2, width=proc[:shown])
+        self.processed.setOpts(x0=np.zeros(shown), y=y[:shown] + mid, width=proc[:shown],
+                               height=tall if self.server_label else 0.4)  # fmt: skip
+        listed = [i for i, r in enumerate(self.rows) if r[1].server_prob is not None]
+        if not self.server_label:
+            listed = []
+        self.server.setOpts(x0=np.zeros(len(listed)), y=y[listed] + off, width=theirs[listed])
         marked = [(r[1].before_p, r[0]) for r in self.rows
                   if r[1].penalised_by and r[1].before_p is not None]  # fmt: skip
         self.before.setData([m[0] for m in marked], [m[1] + 0.2 for m in marked])
         chosen = [i for i, r in enumerate(self.rows) if r[1].token_id == step.token_id]
         if chosen:
             i = chosen[0]
-            self.chosen.setOpts(x0=[0], y=[y[i]], width=[max(raw[i], proc[i], 0.002)])
+            self.chosen.setOpts(x0=[0], y=[y[i]], width=[max(raw[i], proc[i], theirs[i], 0.002)])
         else:
             self.chosen.setOpts(x0=[], y=[], width=[])
+        self._theirs = theirs if listed else np.zeros_like(raw)
         return raw, proc
 
     def _scale_x(self, ends: np.ndarray) -> float:
@@ -345,7 +350,7 @@ class DistributionPlot(pg.PlotWidget):
         for k in (first - 1, first):
             if 0 <= k < len(self.rows):
                 c = self.rows[k][1]
-                right = max(c.raw_prob, c.prob) / self._x_upper * width
+                right = max(c.raw_prob, c.prob, c.server_prob or 0.0) / self._x_upper * width
                 right += metrics.horizontalAdvance(self._value_text(c)) + 12
                 free = min(free, width - right - metrics.horizontalAdvance(text) - 8)
         if free < 0:
@@ -408,30 +413,11 @@ class DistributionPlot(pg.PlotWidget):
         return None
 
     def describe(self, row: int) -> str:
-        """What the hover shows for one bar: token, id, rank, both probabilities, the cut."""
+        """What the hover shows for one bar: token, id, rank, the probabilities, the cut."""
         if self.step is None or not 0 <= row < len(self.rows):
             return ""
         _y, c, rank = self.rows[row]
-        if c.token_id == OTHER_ID:
-            return (
-                f"All the tokens the server did not send: {pct(c.raw_prob)} of the model's "
-                "probability.<br>The sampler chain (top-p, min-p, ...) runs on the candidates "
-                "it sent, renormalised, so it cannot pick these; entropy is a lower bound."
-            )
-        if c.prob > 0:
-            fate = "kept by every filter"
-        else:
-            fate = f"removed by <b>{html.escape(c.cut_by)}</b>" if c.cut_by else "removed"
-        chosen = " · <b>chosen</b>" if c.token_id == self.step.token_id else ""
-        if c.penalised_by and c.before_p is not None:
-            after = c.after_p if c.after_p is not None else c.prob
-            fate += (f"<br>{html.escape(c.penalised_by)}: {pct(c.before_p)} before the penalty, "
-                     f"{pct(after)} after")  # fmt: skip
-        return (
-            f"<code>{html.escape(repr(c.text))}</code> (id {c.token_id}), rank {rank}{chosen}<br>"
-            f"model's probability {pct(c.raw_prob)} · after the sampler {pct(c.prob)}<br>"
-            f"{fate}"
-        )
+        return bar_text(self.step, c, rank, c.token_id == OTHER_ID)
 
     def _hovered(self, pos: QPointF) -> None:
         row = self.row_at(pos)

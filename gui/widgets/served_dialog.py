@@ -1,12 +1,15 @@
-"""File > Open served model…: a model behind an OpenAI-compatible endpoint (vLLM, SGLang,
-llama.cpp's server). The dialog asks for the address, the model's served name and where the
-API key comes from; the key itself is never typed here, shown, or remembered."""
+"""File > Open served model…: a model served by vLLM, llama.cpp's llama-server, Ollama or SGLang.
+The dialog asks for the address, which server it is (or asks the server), the model's served
+name, a local copy of its tokenizer when the server has no tokenizer routes (Ollama, SGLang),
+llama.cpp's own sampler beside ours, and where the API key comes from; the key itself is never
+typed here, shown, or remembered."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -17,8 +20,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.models.catalog import parse_served, served_source
+from engine.models.catalog import parse_served, served_kind, served_options, served_source
 
+SERVER_KINDS = {  # engine.serve.backends
+    "auto": "Ask the server (it says which it is)",
+    "vllm": "vLLM",
+    "llama-server": "llama.cpp llama-server",
+    "ollama": "Ollama (0.12.11 or newer)",
+    "sglang": "SGLang",
+}
 KEY_KINDS = {
     "none": "No key (a server started without --api-key)",
     "env": "The environment variable DECODING_LAB_API_KEY",
@@ -51,24 +61,46 @@ class ServedDialog(QDialog):
         for kind, text in KEY_KINDS.items():
             self.key.addItem(text, kind)
         self.key.setCurrentIndex(self.key.findData("env"))
-        parsed = parse_served(last) if last else None
-        if parsed is not None:
-            url, model, kind = parsed
-            self.url.setText(url)
-            self.model.setText(model)
-            self.key.setCurrentIndex(max(0, self.key.findData(kind)))
+        self.kind = QComboBox()
+        self.kind.setObjectName("served_kind")
+        for kind, text in SERVER_KINDS.items():
+            self.kind.addItem(text, kind)
+        self.tokenizer = QLineEdit()
+        self.tokenizer.setObjectName("served_tokenizer")
+        self.tokenizer.setPlaceholderText("empty: the model's name, else the server's /tokenize")
+        self.tokenizer.setToolTip(
+            "A hub id or folder of the served model's tokenizer. Ollama and SGLang need one: "
+            "Ollama answers tokens as text, and neither has routes to tokenize with."
+        )
+        self.server_sampler = QCheckBox("Also show llama.cpp's own sampler (llama-server)")
+        self.server_sampler.setObjectName("served_server_sampler")
+        self.server_sampler.setToolTip(
+            "Each step also asks llama-server's sampler chain, with your settings, for its "
+            "probabilities at the same position (post_sampling_probs): a third bar beside ours."
+        )
+        self.raw = QCheckBox(
+            "Its log-probabilities are raw (SGLang: SGLANG_RETURN_ORIGINAL_LOGPROB=1)"
+        )
+        self.raw.setObjectName("served_raw")
+        self._fill(last)
         hint = QLabel(
-            "Start the server with per-token log-probabilities allowed, for example:<br>"
-            "<code>vllm serve HuggingFaceTB/SmolLM2-135M-Instruct --max-logprobs 20</code><br>"
+            "For example <code>vllm serve HuggingFaceTB/SmolLM2-135M-Instruct --max-logprobs "
+            "20</code> or <code>llama-server -m model.gguf</code>.<br>"
             "<b>Explore</b> (Sampling): each step asks the server for its top 20 and our "
             "sampler chain picks, so every slider, Step, branching and Undo work. "
-            "<b>Served: the server samples</b> (Method): one streaming request, faster."
+            "<b>Served: the server samples</b> (Method): one streaming request, faster; its "
+            "bars are the raw probabilities only. The line above the plot says what each "
+            "server returns."
         )
         hint.setWordWrap(True)
         form = QFormLayout()
         form.addRow("Address", self.url)
+        form.addRow("Server", self.kind)
         form.addRow("Model", self.model)
+        form.addRow("Tokenizer", self.tokenizer)
         form.addRow("API key from", self.key)
+        form.addRow("", self.server_sampler)
+        form.addRow("", self.raw)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel
         )
@@ -79,10 +111,30 @@ class ServedDialog(QDialog):
         layout.addWidget(hint)
         layout.addWidget(buttons)
 
+    def _fill(self, last: str | None) -> None:
+        """The last served model's choices (the recents keep them in its source string)."""
+        parsed = parse_served(last) if last else None
+        if parsed is None or last is None:
+            return
+        url, model, key = parsed
+        self.url.setText(url)
+        self.model.setText(model)
+        self.key.setCurrentIndex(max(0, self.key.findData(key)))
+        self.kind.setCurrentIndex(max(0, self.kind.findData(served_kind(last))))
+        options = served_options(last)
+        self.tokenizer.setText(options.get("tokenizer", ""))
+        self.server_sampler.setChecked(options.get("server_sampler") == "1")
+        self.raw.setChecked(options.get("raw_logprobs") == "1")
+
     def source(self) -> str | None:
         """The chosen endpoint as a source string, or None when the address is not usable."""
         url = self.url.text().strip()
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             return None
-        return served_source(url, self.model.text().strip(), self.key.currentData())
+        options = {"tokenizer": self.tokenizer.text().strip(),
+                   "server_sampler": "1" if self.server_sampler.isChecked() else "",
+                   "raw_logprobs": "1" if self.raw.isChecked() else ""}  # fmt: skip
+        options = {k: v for k, v in options.items() if v}
+        return served_source(url, self.model.text().strip(), self.key.currentData(),
+                             self.kind.currentData(), options)  # fmt: skip

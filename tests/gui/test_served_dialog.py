@@ -82,3 +82,86 @@ def test_a_served_step_shows_the_mass_outside_its_candidates_as_one_bar(qtbot, w
     clicked = []
     window.dist.bar_clicked.connect(lambda *a: clicked.append(a))
     assert window.dist.rows[-1][1].token_id == -1  # the "other" bar is not a token to choose
+
+
+# -- issue 37: the server kind, its options, and bars that say what the server returned --------
+
+
+def test_dialog_remembers_the_server_kind_and_its_options(qtbot):
+    from gui.model_actions import served_run_options
+
+    dialog = ServedDialog()
+    qtbot.addWidget(dialog)
+    dialog.url.setText("http://127.0.0.1:8080")
+    dialog.kind.setCurrentIndex(dialog.kind.findData("llama-server"))
+    dialog.tokenizer.setText("HuggingFaceTB/SmolLM2-135M-Instruct")
+    dialog.server_sampler.setChecked(True)
+    source = dialog.source()
+    assert parse_served(source) == ("http://127.0.0.1:8080", "", "env")
+    assert served_run_options(source) == {
+        "kind": "llama-server", "tokenizer": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "server_sampler": True, "raw_logprobs": False,
+    }  # fmt: skip
+    again = ServedDialog(last=source)
+    qtbot.addWidget(again)
+    assert again.kind.currentData() == "llama-server" and again.server_sampler.isChecked()
+    assert again.tokenizer.text() == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    older = served_source("http://h:8000", "m", "none")  # before issue 37: asked of the server
+    assert served_run_options(older)["kind"] == "auto"
+
+
+def test_window_passes_the_kind_and_options_to_the_worker(qtbot, window, monkeypatch):
+    calls = []
+    monkeypatch.setattr(window.runner, "open_served", lambda *a, **k: calls.append((a, k)))
+    source = served_source("http://127.0.0.1:8080", "", "none", "ollama", {"tokenizer": "t"})
+    window.load_model(source)
+    (_url, model, _key), options = calls[0]
+    assert model is None and options["kind"] == "ollama" and options["tokenizer"] == "t"
+
+
+def _served_step(**changes):
+    from dataclasses import replace
+
+    from test_classroom import synthetic_step
+
+    return replace(synthetic_step(0, n=12), other_p=0.2, entropy_lower_bound=True, **changes)
+
+
+def _show(window, step) -> None:
+    from engine.records import RunStarted
+
+    window.store.push(RunStarted(SAMPLING, "p", 3))
+    window.store.push(step)
+    window.drain()
+    window.views.redraw(busy=False)
+
+
+def test_llama_cpps_own_sampler_is_a_third_bar_named_in_the_key(qtbot, window):
+    from dataclasses import replace
+
+    step = _served_step(server_sampler="llama.cpp")
+    cands = tuple(replace(c, server_prob=c.prob * 0.9) for c in step.candidates)
+    _show(window, replace(step, candidates=cands))
+    plot = window.dist
+    widths = plot.server.opts["width"]
+    assert len(widths) == len(cands) and max(widths) > 0
+    assert "llama.cpp" in window.plots.dist_box.key.text()
+    assert " | " in plot.shown_values()[0]  # its value after ours
+    assert "llama.cpp's sampler" in plot.describe(0)
+    window.show_capability(("the whole line", "llama-server · raw top-20 → our sampler"))
+    label = window.plots.dist_box.capability
+    assert label.isVisibleTo(window) and label.toolTip() == "the whole line"
+    window.show_capability(())
+    assert not label.isVisibleTo(window)
+
+
+def test_a_raw_only_stream_draws_no_after_sampler_bars_or_entropy(qtbot, window):
+    import math
+
+    _show(window, _served_step(after_sampler=False, source="server"))
+    plot = window.dist
+    assert not plot.sampled and len(plot.processed.opts["width"]) == 0
+    key = window.plots.dist_box.key.text()
+    assert "model" in key and "sampler" not in key
+    assert "not reported" in window.plots.dist_box.info.text()
+    assert math.isnan(window.store.series["h"][-1])  # no "after sampler" entropy point
