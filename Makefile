@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-remote vllm-env lint bench package setup clean
+.PHONY: run test test-remote vllm-env llama-server test-llama-server lint bench package setup clean
 
 $(STAMP): pyproject.toml Makefile
 	bash .ci/system-deps
@@ -37,7 +37,20 @@ test-remote: $(STAMP)
 	@# A machine vLLM's CPU build cannot run on: the set-up says why, and the tests skip.
 	-PYTHON=$(PYTHON) bash resources/remote/setup_vllm.sh $(VLLM_VENV) || echo "vLLM set-up failed (above): the served-model tests will skip and say why"
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 DECODING_LAB_VLLM_VENV=$(VLLM_VENV) \
-		$(PY) -m pytest -q -m remote tests/remote
+		$(PY) -m pytest -q -m "remote and not llama_server" tests/remote
+
+# llama.cpp's llama-server built from the source the llama-cpp-python sdist vendors, into its
+# own folder (cached: a stamp; ~10 min on 2 cores the first time, nothing after).
+LLAMA_SERVER_DIR ?= .llama-server
+llama-server:
+	PYTHON=$(PYTHON) bash resources/remote/setup_llama_server.sh $(LLAMA_SERVER_DIR)
+
+# The served-model tests against a real llama-server on 127.0.0.1 (about a minute once built).
+test-llama-server: $(STAMP)
+	@# A machine it cannot be built or run on: the set-up says why, and the tests skip.
+	-PYTHON=$(PYTHON) bash resources/remote/setup_llama_server.sh $(LLAMA_SERVER_DIR) || echo "llama-server build failed (above): its tests will skip and say why"
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 DECODING_LAB_LLAMA_SERVER_DIR=$(LLAMA_SERVER_DIR) \
+		$(PY) -m pytest -q -m llama_server tests/remote
 
 bench: $(STAMP)
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) main.py bench

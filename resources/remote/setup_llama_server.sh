@@ -48,6 +48,7 @@ SDIST="$DIR/src/llama_cpp_python-$VERSION.tar.gz"
 echo "$SHA256  $SDIST" | sha256sum -c -
 tar -xzf "$SDIST" -C "$DIR/src" "llama_cpp_python-$VERSION/vendor/llama.cpp"
 SRC="$DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp"
+rm -f "$SRC/.git"  # a submodule pointer to a repository the sdist does not hold
 
 GENERATOR=()
 command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
