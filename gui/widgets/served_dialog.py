@@ -61,27 +61,7 @@ class ServedDialog(QDialog):
         for kind, text in KEY_KINDS.items():
             self.key.addItem(text, kind)
         self.key.setCurrentIndex(self.key.findData("env"))
-        self.kind = QComboBox()
-        self.kind.setObjectName("served_kind")
-        for kind, text in SERVER_KINDS.items():
-            self.kind.addItem(text, kind)
-        self.tokenizer = QLineEdit()
-        self.tokenizer.setObjectName("served_tokenizer")
-        self.tokenizer.setPlaceholderText("empty: the model's name, else the server's /tokenize")
-        self.tokenizer.setToolTip(
-            "A hub id or folder of the served model's tokenizer. Ollama and SGLang need one: "
-            "Ollama answers tokens as text, and neither has routes to tokenize with."
-        )
-        self.server_sampler = QCheckBox("Also show llama.cpp's own sampler (llama-server)")
-        self.server_sampler.setObjectName("served_server_sampler")
-        self.server_sampler.setToolTip(
-            "Each step also asks llama-server's sampler chain, with your settings, for its "
-            "probabilities at the same position (post_sampling_probs): a third bar beside ours."
-        )
-        self.raw = QCheckBox(
-            "Its log-probabilities are raw (SGLang: SGLANG_RETURN_ORIGINAL_LOGPROB=1)"
-        )
-        self.raw.setObjectName("served_raw")
+        self._server_fields()
         self._fill(last)
         hint = QLabel(
             "For example <code>vllm serve HuggingFaceTB/SmolLM2-135M-Instruct --max-logprobs "
@@ -110,6 +90,30 @@ class ServedDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(hint)
         layout.addWidget(buttons)
+
+    def _server_fields(self) -> None:
+        """Which server, a local tokenizer, llama.cpp's own sampler, SGLang's raw flag."""
+        self.kind = QComboBox()
+        self.kind.setObjectName("served_kind")
+        for kind, text in SERVER_KINDS.items():
+            self.kind.addItem(text, kind)
+        self.tokenizer = QLineEdit()
+        self.tokenizer.setObjectName("served_tokenizer")
+        self.tokenizer.setPlaceholderText("empty: the model's name, else the server's /tokenize")
+        self.tokenizer.setToolTip(
+            "A hub id or folder of the served model's tokenizer. Ollama and SGLang need one: "
+            "Ollama answers tokens as text, and neither has routes to tokenize with."
+        )
+        self.server_sampler = QCheckBox("Also show llama.cpp's own sampler (llama-server)")
+        self.server_sampler.setObjectName("served_server_sampler")
+        self.server_sampler.setToolTip(
+            "Each step also asks llama-server's sampler chain, with your settings, for its "
+            "probabilities at the same position (post_sampling_probs): a third bar beside ours."
+        )
+        self.raw = QCheckBox(
+            "Its log-probabilities are raw (SGLang: SGLANG_RETURN_ORIGINAL_LOGPROB=1)"
+        )
+        self.raw.setObjectName("served_raw")
 
     def _fill(self, last: str | None) -> None:
         """The last served model's choices (the recents keep them in its source string)."""
