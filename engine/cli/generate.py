@@ -304,7 +304,7 @@ def run_served(args: argparse.Namespace) -> int:
                 print(_served_line(step, args.show_probs))
             else:
                 print(step.text if not step.is_eos else "", end="", flush=True)
-    except RemoteError as exc:
+    except (RemoteError, ValueError) as exc:  # ValueError: a stream the server cannot report
         print(f"\nerror: {exc}", file=sys.stderr)
         return 1
     finally:

@@ -288,3 +288,24 @@ def test_sglang_hostile_reply_is_refused_with_a_message(case):
     assert err.value.kind == BAD_RESPONSE and str(err.value)
     if case == "aborted":
         assert "OOM" in str(err.value)
+
+
+def test_cli_says_in_one_line_why_an_sglang_stream_is_refused(model, monkeypatch, capsys):
+    from engine.cli.generate import run_served
+
+    server = FakeSGLang(TinyModel(model), VOCAB)
+    bundle = RemoteBundle(
+        model=None, tokenizer=TOK, kind="decoder-only", device=torch.device("cpu"),
+        dtype=torch.float32, name="x", source=URL, context_length=256, eos_token_ids=(),
+        client=sglang(server), n_logprobs=5, server_kind="sglang",
+    )  # fmt: skip
+    bundle.encode_prompt = lambda text, chat=None: list(PROMPT)  # type: ignore[method-assign]
+    monkeypatch.setattr("engine.cli.generate.open_served", lambda args: bundle)
+    from engine.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["generate", "--server", URL, "--stream", "--temperature", "0.7", "--max-new-tokens", "3"]
+    )
+    assert run_served(args) == 1
+    err = capsys.readouterr().err
+    assert "after its temperature" in err and "Traceback" not in err
