@@ -66,7 +66,9 @@ def test_open_served_describes_the_model(served, vllm_server, local):
     assert served.client.host.startswith("127.0.0.1:")
     assert served.tokenizer.get_vocab() == local.tokenizer.get_vocab()
     assert set(local.eos_token_ids) <= set(served.eos_token_ids)
-    assert "served by 127.0.0.1" in served.describe()
+    assert "vLLM at 127.0.0.1" in served.describe()
+    assert served.server_kind == "vllm" and "'vllm'" in served.detected  # asked of the server
+    assert "scoring a text: yes" in served.capability()
     if vllm_server.process is not None:
         record("server_start_s", round(vllm_server.started_s, 1))
 
