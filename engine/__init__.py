@@ -10,7 +10,7 @@ The parts, one folder each::
     experiments/ sample one step N times, sweeps, two models in lockstep
     internals/   inside a step: logit lens and decision layers, attention, logit attribution,
                  integrated gradients (issue 33), from one hooked forward pass
-    serve/       served models (vLLM & co.) as sessions
+    serve/       served models (vLLM, llama-server, Ollama, SGLang) as sessions
     classroom/   lessons, guess rounds, exports and the shared web page
     drivers/     the window's actions, method comparison, the seed API, the benchmark
     validate/    bounded readers of every file and server reply (sizes, depth, types, values)
