@@ -32,7 +32,12 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
-STEP_FIELDS = tuple(f.name for f in fields(Step) if f.name not in ("candidates", "stage_notes"))
+# A served model's fields are written only where they say something (a local run's files keep
+# their shape; a reader restores the defaults).
+SERVED_FIELDS = ("after_sampler", "server_sampler")
+STEP_FIELDS = tuple(
+    f.name for f in fields(Step) if f.name not in ("candidates", "stage_notes", *SERVED_FIELDS)
+)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -94,6 +99,10 @@ def step_to_dict(step: Step) -> dict[str, Any]:
     ]
     if step.stage_notes:
         out["stage_notes"] = [[n.stage, n.text] for n in step.stage_notes]
+    if not step.after_sampler:
+        out["after_sampler"] = False
+    if step.server_sampler:
+        out["server_sampler"] = step.server_sampler
     return out
 
 

@@ -145,3 +145,41 @@ def test_served_lockstep_of_a_model_with_itself_is_zero(models):
         assert s.kl == pytest.approx(0.0, abs=1e-6) and s.jaccard == 1.0 and s.greedy_agree
     with pytest.raises(ValueError, match="between 1 and the 20"):
         ServedLockstep(GenerationSession(a_model, [2, 3]), _served_b(a_model, 20), top_n=50)
+
+
+def test_a_served_steps_fields_survive_the_autosave_and_a_local_ones_keep_their_shape():
+    from dataclasses import replace
+
+    from engine.classroom.export import step_to_dict, steps_from_dict
+    from engine.records import Candidate, Step
+    from engine.validate.steps import read_steps
+
+    cands = (Candidate(5, "a", 0.5, 0.6, server_prob=0.61), Candidate(6, "b", 0.2, 0.0, "top-k 1",
+             server_prob=0.0), Candidate(7, "c", 0.1, 0.0, server_prob=None))  # fmt: skip
+    step = Step(index=0, token_id=5, text="a", token_str="a", raw_prob=0.5, prob=0.6, rank=1,
+                candidates=cands, survivors=1, entropy_raw=1.2, entropy=0.0, step_time=0.01,
+                tokens_per_s=10.0, other_p=0.2, entropy_lower_bound=True,
+                server_sampler="llama.cpp")  # fmt: skip
+    stream = replace(step, after_sampler=False, server_sampler="", candidates=cands[:1])
+    for s in (step, stream):
+        written = step_to_dict(s)
+        assert steps_from_dict({"steps": [written]}) == [s] == read_steps([written])
+    local = step_to_dict(replace(step, server_sampler="", candidates=()))
+    assert "after_sampler" not in local and "server_sampler" not in local
+    with pytest.raises(Exception, match="probability"):
+        read_steps(
+            [
+                {
+                    **step_to_dict(step),
+                    "candidates": [
+                        {
+                            "token_id": 5,
+                            "text": "a",
+                            "raw_prob": 0.5,
+                            "prob": 0.6,
+                            "server_prob": 3.0,
+                        }
+                    ],
+                }
+            ]
+        )
