@@ -147,7 +147,8 @@ def capability_versions(kind: str, n: int, server_sampler: bool = False) -> tupl
     score = "scores texts" if b.prompt_logprobs else "can't score texts"
     ids = "exact ids" if b.token_ids else "ids from text"
     brief = (
-        f"{SHORT[kind]} · raw top-{n} → {ours} · {stream} · entropy ≥ (a bound) · {score} · {ids}"
+        f"{SHORT[kind]} · raw top-{n} → {ours} · {stream} · entropy: a lower bound · {score} · "
+        f"{ids}"
     )
     briefer = f"{SHORT[kind]} · top-{n} → {ours} · {stream} · H ≥ · {score} · {ids}"
     return capability_line(kind, n, server_sampler), brief, briefer
