@@ -114,16 +114,17 @@ def stream_view(kind: str, temperature: float, raw_flag: bool = False) -> str:
     return ""
 
 
-def capability_line(kind: str, n: int, server_sampler: bool = False) -> str:
+def capability_line(kind: str, n: int, server_sampler: bool = False, raw_flag: bool = False) -> str:
     """One line: which probabilities the bars show, how many candidates, the entropy bound,
-    whether a text can be scored, and whether ids are exact."""
+    whether a text can be scored, and whether ids are exact. ``raw_flag``: the user says the
+    server runs with its raw-log-probabilities flag (SGLang), so its stream is raw too."""
     b = backend(kind)
     bars = f"bars: the server's raw top-{n} (before any sampler), then our sampler on them"
     if server_sampler and b.post_sampling:
         bars += ", and llama.cpp's own sampler on the same position"
-    if b.stream_probs == "tempered":
+    if b.stream_probs == "tempered" and not raw_flag:
         bars += "; its stream reports them after its temperature (raw at 0 or 1 only)"
-    elif b.stream_probs == "raw":
+    else:
         bars += "; its stream reports raw probabilities only (no after-sampler bars)"
     score = (
         "scoring a text: yes"
@@ -138,12 +139,15 @@ def capability_line(kind: str, n: int, server_sampler: bool = False) -> str:
     return f"{b.title} · {bars} · {entropy} · {score} · {ids} · candidates: {limit}"
 
 
-def capability_versions(kind: str, n: int, server_sampler: bool = False) -> tuple[str, ...]:
+def capability_versions(
+    kind: str, n: int, server_sampler: bool = False, raw_flag: bool = False
+) -> tuple[str, ...]:
     """The capability line, longest first, then shorter ones that still say the same things
     (the window shows the first that fits on one line, the whole one on hover)."""
     b = backend(kind)
     ours = "our sampler" + (" + llama.cpp's" if server_sampler and b.post_sampling else "")
-    stream = "stream: tempered" if b.stream_probs == "tempered" else "stream: raw"
+    tempered = b.stream_probs == "tempered" and not raw_flag
+    stream = "stream: tempered" if tempered else "stream: raw"
     score = "scores texts" if b.prompt_logprobs else "can't score texts"
     ids = "exact ids" if b.token_ids else "ids from text"
     brief = (
@@ -151,4 +155,4 @@ def capability_versions(kind: str, n: int, server_sampler: bool = False) -> tupl
         f"{ids}"
     )
     briefer = f"{SHORT[kind]} · top-{n} → {ours} · {stream} · H ≥ · {score} · {ids}"
-    return capability_line(kind, n, server_sampler), brief, briefer
+    return capability_line(kind, n, server_sampler, raw_flag), brief, briefer

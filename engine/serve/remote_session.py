@@ -264,11 +264,15 @@ class RemoteBundle(ModelBundle):
 
     def capability(self) -> str:
         """The one line that says what this server's bars are (the window and the CLI)."""
-        return capability_line(self.server_kind, self.n_logprobs, self.server_sampler)
+        return capability_line(
+            self.server_kind, self.n_logprobs, self.server_sampler, self.raw_flag
+        )
 
     def capability_versions(self) -> tuple[str, ...]:
         """That line, then shorter ones saying the same (the window fits one on a line)."""
-        return capability_versions(self.server_kind, self.n_logprobs, self.server_sampler)
+        return capability_versions(
+            self.server_kind, self.n_logprobs, self.server_sampler, self.raw_flag
+        )
 
     def make_session(self, ids: list[int], request: Any) -> Any:
         assert self.client is not None

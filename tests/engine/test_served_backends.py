@@ -14,7 +14,7 @@ from served_fakes import FakeLlamaServer, TinyModel
 from engine.decode.session import GenerationSession
 from engine.models.catalog import parse_served, served_kind, served_source
 from engine.sampling.settings import SamplerSettings
-from engine.serve.backends import BACKENDS, capability_line, stream_view
+from engine.serve.backends import BACKENDS, capability_line, capability_versions, stream_view
 from engine.serve.connect import client_for, detect
 from engine.serve.remote import UNREACHABLE, RemoteError
 from engine.serve.remote_session import RemoteBundle
@@ -37,6 +37,15 @@ def test_every_backend_says_what_its_bars_are_and_what_it_cannot_do():
     assert "llama.cpp's own sampler" not in capability_line("vllm", 20, server_sampler=True)
     with pytest.raises(ValueError, match="auto, vllm, llama-server, ollama, sglang"):
         capability_line("tgi", 20)
+
+
+def test_sglangs_raw_flag_makes_its_stream_raw_in_the_line():
+    """The user says SGLang runs with SGLANG_RETURN_ORIGINAL_LOGPROB=1: the line says raw."""
+    told = capability_line("sglang", 20, raw_flag=True)
+    assert "after its temperature" not in told and "stream reports raw probabilities" in told
+    brief = capability_versions("sglang", 20, raw_flag=True)[1]
+    assert "stream: raw" in brief and "tempered" not in brief
+    assert "stream: tempered" in capability_versions("sglang", 20)[1]
 
 
 def test_stream_views():
