@@ -138,7 +138,7 @@ def build_actions(w: MainWindow) -> Actions:
         served=action(
             "Open served model…",
             None,
-            "A model on vLLM, SGLang or llama.cpp's server (OpenAI-compatible /v1)",
+            "A model on vLLM, llama.cpp's llama-server, Ollama or SGLang",
             lambda: w.open_served_dialog(),
         ),  # fmt: skip
         presentation=action(

@@ -54,7 +54,7 @@ class ModelPicker(ElidedCombo):
         self.addItem("Open folder…", OPEN_FOLDER)
         self.addItem("Open GGUF file…", OPEN_GGUF)
         self.addItem("Hugging Face id…", OPEN_HUB)
-        self.addItem("Served model (vLLM, SGLang, llama.cpp)…", OPEN_SERVED)
+        self.addItem("Served model (vLLM, llama.cpp, Ollama, SGLang)…", OPEN_SERVED)
         key = pending or self.current_key
         if key is not None and self.findData(key) >= 0:
             self.setCurrentIndex(self.findData(key))

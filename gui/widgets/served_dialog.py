@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.models.catalog import parse_served, served_kind, served_options, served_source
+from engine.serve.backends import SHORT
 
 SERVER_KINDS = {  # engine.serve.backends
     "auto": "Ask the server (it says which it is)",
@@ -29,6 +30,8 @@ SERVER_KINDS = {  # engine.serve.backends
     "ollama": "Ollama (0.12.11 or newer)",
     "sglang": "SGLang",
 }
+# The options that mean something for a server kind ("auto": any, the server says which later).
+SAMPLER_KINDS, RAW_KINDS = ("auto", "llama-server"), ("auto", "sglang")
 KEY_KINDS = {
     "none": "No key (a server started without --api-key)",
     "env": "The environment variable DECODING_LAB_API_KEY",
@@ -37,13 +40,19 @@ KEY_KINDS = {
 
 
 def served_title(source: str) -> str:
-    """How the model picker names a served model: its name and host."""
+    """How the model picker names a served model: its name and host, then the server and the
+    options chosen, so two recents of one address read apart."""
     parsed = parse_served(source)
     if parsed is None:
         return source
-    url, model, _kind = parsed
+    url, model, _key = parsed
     host = urlsplit(url).netloc or url
-    return f"Served: {model or 'first model'} @ {host}"
+    kind, options = served_kind(source), served_options(source)
+    said = [SHORT.get(kind, kind)] if kind != "auto" else []
+    said += ["+ llama.cpp's sampler"] if options.get("server_sampler") == "1" else []
+    said += ["raw log-probabilities"] if options.get("raw_logprobs") == "1" else []
+    tail = f" ({' '.join(said)})" if said else ""
+    return f"Served: {model or 'first model'} @ {host}{tail}"
 
 
 class ServedDialog(QDialog):
@@ -114,6 +123,18 @@ class ServedDialog(QDialog):
             "Its log-probabilities are raw (SGLang: SGLANG_RETURN_ORIGINAL_LOGPROB=1)"
         )
         self.raw.setObjectName("served_raw")
+        self.raw.setToolTip(
+            "SGLang reports log-probabilities after its temperature unless it was started with "
+            "this variable set; tick it only if it was: its stream then draws raw bars at any "
+            "temperature."
+        )
+        self.kind.currentIndexChanged.connect(self._kind_changed)
+
+    def _kind_changed(self) -> None:
+        """Only the options the chosen server has can be ticked (any, when it is asked)."""
+        kind = self.kind.currentData()
+        self.server_sampler.setEnabled(kind in SAMPLER_KINDS)
+        self.raw.setEnabled(kind in RAW_KINDS)
 
     def _fill(self, last: str | None) -> None:
         """The last served model's choices (the recents keep them in its source string)."""
@@ -136,9 +157,11 @@ class ServedDialog(QDialog):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             return None
+        sampler = self.server_sampler.isEnabled() and self.server_sampler.isChecked()
+        raw = self.raw.isEnabled() and self.raw.isChecked()
         options = {"tokenizer": self.tokenizer.text().strip(),
-                   "server_sampler": "1" if self.server_sampler.isChecked() else "",
-                   "raw_logprobs": "1" if self.raw.isChecked() else ""}  # fmt: skip
+                   "server_sampler": "1" if sampler else "",
+                   "raw_logprobs": "1" if raw else ""}  # fmt: skip
         options = {k: v for k, v in options.items() if v}
         return served_source(url, self.model.text().strip(), self.key.currentData(),
                              self.kind.currentData(), options)  # fmt: skip

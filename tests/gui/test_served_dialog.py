@@ -1,6 +1,8 @@
 """Opening a served model from the window: the dialog, the picker's recents (no key in them),
 the method panel's stream mode, and a clear message when nothing listens at the address."""
 
+import pytest
+
 from engine.records import SAMPLING, SERVED_STREAM
 from gui.widgets.served_dialog import ServedDialog, parse_served, served_source, served_title
 
@@ -165,3 +167,95 @@ def test_a_raw_only_stream_draws_no_after_sampler_bars_or_entropy(qtbot, window)
     assert "model" in key and "sampler" not in key
     assert "not reported" in window.plots.dist_box.info.text()
     assert math.isnan(window.store.series["h"][-1])  # no "after sampler" entropy point
+
+
+# -- the dialog's server fields, and the recents remembering them -------------------------------
+
+SERVER_FIELDS = {  # kind: (llama.cpp's sampler offered, SGLang's raw flag offered)
+    "auto": (True, True), "vllm": (False, False), "llama-server": (True, False),
+    "ollama": (False, False), "sglang": (False, True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(SERVER_FIELDS))
+def test_dialog_offers_only_what_the_chosen_server_has_and_gives_back_every_field(qtbot, kind):
+    from gui.model_actions import served_run_options
+
+    dialog = ServedDialog()
+    qtbot.addWidget(dialog)
+    dialog.url.setText("http://lab-box:30000")
+    dialog.model.setText("smol")
+    dialog.tokenizer.setText("/models/smol-tokenizer")
+    dialog.key.setCurrentIndex(dialog.key.findData("none"))
+    dialog.server_sampler.setChecked(True)  # ticked before the server is chosen
+    dialog.raw.setChecked(True)
+    dialog.kind.setCurrentIndex(dialog.kind.findData(kind))
+    sampler, raw = SERVER_FIELDS[kind]
+    assert (dialog.server_sampler.isEnabled(), dialog.raw.isEnabled()) == (sampler, raw)
+    source = dialog.source()
+    assert parse_served(source) == ("http://lab-box:30000", "smol", "none")
+    # A box the server lacks is not sent, though it was ticked.
+    assert served_run_options(source) == {
+        "kind": kind, "tokenizer": "/models/smol-tokenizer",
+        "server_sampler": sampler, "raw_logprobs": raw,
+    }  # fmt: skip
+    again = ServedDialog(last=source)
+    qtbot.addWidget(again)
+    fields = (again.url.text(), again.model.text(), again.tokenizer.text(),
+              again.key.currentData(), again.kind.currentData())  # fmt: skip
+    assert fields == ("http://lab-box:30000", "smol", "/models/smol-tokenizer", "none", kind)
+    assert (again.server_sampler.isChecked(), again.raw.isChecked()) == (sampler, raw)
+    assert again.source() == source
+
+
+def test_recents_of_one_address_with_other_choices_read_apart():
+    plain = served_source("http://127.0.0.1:8080", "", "none", "llama-server")
+    sampler = served_source(
+        "http://127.0.0.1:8080", "", "none", "llama-server", {"server_sampler": "1"}
+    )
+    raw = served_source("http://gpu:30000", "m", "env", "sglang", {"raw_logprobs": "1"})
+    titles = [served_title(s) for s in (plain, sampler, raw)]
+    assert titles == [
+        "Served: first model @ 127.0.0.1:8080 (llama-server)",
+        "Served: first model @ 127.0.0.1:8080 (llama-server + llama.cpp's sampler)",
+        "Served: m @ gpu:30000 (SGLang raw log-probabilities)",
+    ]
+
+
+def test_the_recents_keep_the_server_and_its_options_across_a_restart(
+    qtbot, window, store, autosave, monkeypatch
+):
+    from gui.window import MainWindow
+
+    llama = served_source(
+        "http://127.0.0.1:8080", "", "none", "llama-server",
+        {"tokenizer": "/t/smol", "server_sampler": "1"},
+    )  # fmt: skip
+    sglang = served_source("http://gpu:30000", "m", "env", "sglang", {"raw_logprobs": "1"})
+    window.picker.remember(llama)
+    window.picker.remember(sglang)  # the newest first
+    window.close()
+    again = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
+    qtbot.addWidget(again)
+    assert again.picker.recents[:2] == [sglang, llama]
+    calls, shown = [], []
+    monkeypatch.setattr(again.runner, "open_served", lambda *a, **k: calls.append((a, k)))
+
+    def accept(dialog) -> int:  # File > Open served model…, answered as it was filled in
+        shown.append(dialog)
+        return ServedDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(ServedDialog, "exec", accept)
+    again.open_served_dialog()
+    dialog = shown[0]
+    assert dialog.kind.currentData() == "sglang" and dialog.raw.isChecked()
+    assert dialog.url.text() == "http://gpu:30000" and dialog.model.text() == "m"
+    (url, model, key), options = calls[0]
+    assert (url, model, key.kind) == ("http://gpu:30000", "m", "env")
+    assert options == {"kind": "sglang", "tokenizer": None, "server_sampler": False,
+                       "raw_logprobs": True}  # fmt: skip
+    again.picker._picked(again.picker.findData(llama))  # the older recent, from the list
+    _, options = calls[1]
+    assert options == {"kind": "llama-server", "tokenizer": "/t/smol", "server_sampler": True,
+                       "raw_logprobs": False}  # fmt: skip
+    again.close()
