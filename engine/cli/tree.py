@@ -146,6 +146,8 @@ def run_score(args: argparse.Namespace) -> int:
         if args.server:
             bundle.client.close()
     for t in res.tokens:
-        print(f"{t.text!r:>16}  logp {t.logprob:8.3f}  rank {t.rank:6d}  {t.surprisal:6.2f} bits")
+        print(
+            f"{t.text!r:>16}  logp {t.logprob:8.3f}  rank {t.rank_text:>6}  {t.surprisal:6.2f} bits"
+        )
     print(f"total log-prob {res.total_logprob:.3f}, perplexity {res.perplexity:.2f}")
     return _write(args, res.to_json())

@@ -30,6 +30,11 @@ class ScoredToken:
     # was not among them, so it ranks at least N + 1
     rank_bound: bool = False
 
+    @property
+    def rank_text(self) -> str:
+        """The rank as it may be said: "≥21" where it is only a bound."""
+        return f"≥{self.rank}" if self.rank_bound else str(self.rank)
+
 
 @dataclass
 class TextScore:

@@ -70,7 +70,7 @@ def token_tooltip(t: ScoredToken, no_context: bool = False) -> str:
     )
     return (
         f"<b>Token {t.index + 1}</b>: <code>{html.escape(repr(t.text))}</code> (id {t.token_id})"
-        f"<br>probability {html.escape(pct(math.exp(t.logprob)))}, rank {t.rank}, surprisal "
+        f"<br>probability {html.escape(pct(math.exp(t.logprob)))}, rank {t.rank_text}, surprisal "
         f"{t.surprisal:.2f} bits{f'<br><i>{NO_CONTEXT}</i>' if no_context else ''}"
         f"<br><table>{rows}</table>"
     )
@@ -307,10 +307,10 @@ def describe_token(t: ScoredToken, compact: bool = False, no_context: bool = Fal
     word = f"<code>'{html.escape(short(t.text, 16 if compact else 24))}'</code>"
     if compact:
         alone = " · no context" if no_context else ""
-        return (f"<b>Token {t.index + 1}</b>: {word} {p} · rank {t.rank} · "
+        return (f"<b>Token {t.index + 1}</b>: {word} {p} · rank {t.rank_text} · "
                 f"{t.surprisal:.1f} bits{alone}")  # fmt: skip
     alone = f" · <i>{NO_CONTEXT}</i>" if no_context else " · the model's own probabilities"
     return (
-        f"<b>Scored token {t.index + 1}</b>: {word} {p}, rank {t.rank}, surprisal "
+        f"<b>Scored token {t.index + 1}</b>: {word} {p}, rank {t.rank_text}, surprisal "
         f"{t.surprisal:.2f} bits{alone}"
     )

@@ -215,3 +215,15 @@ def test_the_context_field_explains_itself(qtbot):
     hint = dialog.findChild(QLabel, "score_context_hint")
     assert hint is not None and "start of a document" in hint.text()
     assert "no context" in hint.text() and "T5" in hint.text()
+
+
+def test_a_rank_past_a_served_top_n_reads_as_a_bound():
+    """SGLang lists only its top-N: a token outside them ranks at least N + 1, and says so."""
+    from engine.tree.scored import ScoredToken
+    from gui.widgets.score_view import describe_token, token_tooltip
+
+    bound = ScoredToken(0, 7, " cat", -6.0, 21, 8.66, rank_bound=True)
+    exact = ScoredToken(1, 8, " sat", -0.1, 1, 0.14)
+    for said in (describe_token(bound), describe_token(bound, compact=True), token_tooltip(bound)):
+        assert "rank ≥21" in said
+    assert "rank 1," in describe_token(exact) and "≥" not in token_tooltip(exact)
