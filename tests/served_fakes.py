@@ -293,3 +293,30 @@ class PieceTokenizer:
         import re
 
         return {"input_ids": [int(m) for m in re.findall(r"\[(\d+)\]", text)]}
+
+
+def fake_bundle(kind: str, model: torch.nn.Module, url: str = "http://lab-box:8080", **kw):
+    """A served bundle of ``kind`` (llama-server, ollama or sglang) whose client talks to the
+    fake above over an httpx.MockTransport, with PieceTokenizer as its local tokenizer: what
+    ``open_served`` would give for that server (``kw``: server_sampler, raw_flag)."""
+    from engine.serve.llama_server import LlamaServerClient
+    from engine.serve.ollama import OllamaClient, PieceMap
+    from engine.serve.remote_session import RemoteBundle
+    from engine.serve.sglang import SGLangClient
+
+    tiny, vocab = TinyModel(model), model.config.vocab_size
+    tok = PieceTokenizer(vocab)
+    if kind == "ollama":
+        client = OllamaClient(url, transport=httpx.MockTransport(FakeOllama(tiny, tok)))
+        client.pieces, client.text_of = PieceMap(tok), tok.decode
+    elif kind == "sglang":
+        client = SGLangClient(url, transport=httpx.MockTransport(FakeSGLang(tiny, vocab)))
+        client.vocab_size = vocab
+    else:
+        client = LlamaServerClient(url, transport=httpx.MockTransport(FakeLlamaServer(tiny, vocab)))
+    return RemoteBundle(
+        model=None, tokenizer=tok, kind="decoder-only", device=torch.device("cpu"),
+        dtype=torch.float32, name=f"tiny @ {client.host}", source=url, context_length=256,
+        eos_token_ids=(), extra={"served": True}, client=client, n_logprobs=20, server_kind=kind,
+        **kw,
+    )  # fmt: skip

@@ -6,15 +6,10 @@ is tested in tests/remote/test_llama_server.py."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 import torch
-from served_fakes import FakeLlamaServer, FakeOllama, FakeSGLang, PieceTokenizer, TinyModel
+from served_fakes import PieceTokenizer, TinyModel, fake_bundle
 
-from engine.serve.llama_server import LlamaServerClient
-from engine.serve.ollama import OllamaClient, PieceMap
-from engine.serve.remote_session import RemoteBundle
-from engine.serve.sglang import SGLangClient
 from tiny_models import VOCAB, tiny_llama
 
 URL = "http://lab-box:8080"
@@ -27,21 +22,8 @@ def model() -> torch.nn.Module:
     return tiny_llama(seed=11)
 
 
-def served(kind: str, model: torch.nn.Module) -> RemoteBundle:
-    tiny = TinyModel(model)
-    if kind == "ollama":
-        client = OllamaClient(URL, transport=httpx.MockTransport(FakeOllama(tiny, TOK)))
-        client.pieces, client.text_of = PieceMap(TOK), TOK.decode
-    elif kind == "sglang":
-        client = SGLangClient(URL, transport=httpx.MockTransport(FakeSGLang(tiny, VOCAB)))
-        client.vocab_size = VOCAB
-    else:
-        client = LlamaServerClient(URL, transport=httpx.MockTransport(FakeLlamaServer(tiny, VOCAB)))
-    return RemoteBundle(
-        model=None, tokenizer=TOK, kind="decoder-only", device=torch.device("cpu"),
-        dtype=torch.float32, name="tiny", source=URL, context_length=256, eos_token_ids=(),
-        client=client, n_logprobs=20, server_kind=kind,
-    )  # fmt: skip
+def served(kind: str, model: torch.nn.Module):
+    return fake_bundle(kind, model, URL)
 
 
 def text_ids(model: torch.nn.Module) -> list[int]:
