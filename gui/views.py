@@ -53,10 +53,20 @@ def speed_text(
     return f"{last.tokens_per_s:.1f} tok/s{per_token}{first_text}"
 
 
-def choices(bits: float) -> str:
-    """What an entropy means: as unsure as a fair pick among this many tokens."""
+def choices(bits: float, at_least: bool = False) -> str:
+    """What an entropy means: as unsure as a fair pick among this many tokens (``at_least``:
+    the entropy is a lower bound, a served model's top-N with the rest as one)."""
     n = max(1, round(2**bits))
+    if at_least:
+        return f"a fair pick of at least {n}"
     return "1 sure choice" if n == 1 else f"a fair pick of {n}"
+
+
+def entropy_title(step: Step) -> str:
+    """The entropy plot's title for ``step``: "≥" where its entropy is a lower bound."""
+    bound = bool(getattr(step, "entropy_lower_bound", False))
+    h = step.entropy_raw
+    return f"{'≥ ' if bound else ''}{bits(h)} bits ≈ {choices(h, bound)}"
 
 
 class RunView:
@@ -144,7 +154,7 @@ class RunView:
         )
         entropy.set_series(
             x, {"model": series["h_raw"], "after sampler": series["h"]},
-            f"{bits(last.entropy_raw)} bits ≈ {choices(last.entropy_raw)}",
+            entropy_title(last),
         )  # fmt: skip
         marker = self.selected + 1 if self.selected is not None else None
         speed.mark(marker)

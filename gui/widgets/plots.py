@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QToolTip, QWidget
 from engine.records import SCORED, Candidate, Step
 from gui.theme import CUT_MARK, LIGHT, Theme
 from gui.widgets.series_plot import still_plot, style_axes, tick_font
-from gui.widgets.step_text import bar_text, legend_html, short, value_text
+from gui.widgets.step_text import bar_text, legend_html, pct, short, value_text
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
 
@@ -195,7 +195,8 @@ class DistributionPlot(pg.PlotWidget):
         raw = np.array([r[1].raw_prob for r in self.rows])
         proc = np.array([r[1].prob for r in self.rows])
         theirs = np.array([r[1].server_prob or 0.0 for r in self.rows])
-        cut = proc <= 0
+        # nothing is cut where no sampler is shown (a raw-only stream's "other" bar included)
+        cut = (proc <= 0) & self.sampled
         # a scored text's token (or a raw-only stream's) has no sampler: one bar per row, the
         # model's, twice as thick; a served model's own sampler adds a third, thinner bars
         off, tall, mid = (0.2, 0.4, 0.2) if self.sampled else (0.0, 0.8, 0.2)
@@ -395,7 +396,8 @@ class DistributionPlot(pg.PlotWidget):
 
     def _value_text(self, c: Candidate) -> str:
         guess = self.marks.get(c.token_id)
-        return value_text(c) + (f"  ★ guessed “{guess}”" if guess is not None else "")
+        said = value_text(c) if self.sampled else pct(c.raw_prob)  # no sampler: no ✂, no →
+        return said + (f"  ★ guessed “{guess}”" if guess is not None else "")
 
     def shown_values(self) -> list[str]:
         return [label.toPlainText() for label in self.value_labels if label.isVisible()]

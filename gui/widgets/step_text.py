@@ -120,6 +120,12 @@ def bar_text(step: Step, c: Candidate, rank: int, other: bool = False) -> str:
     """What the hover shows for one bar of ``step``: token, id, rank, the probabilities (the
     model's, ours after the sampler where known, a served model's own sampler where it said)
     and what cut it. ``other``: the served model's "all other tokens" bar."""
+    if other and not getattr(step, "after_sampler", True):  # the server sampled (a stream)
+        return (
+            f"All the tokens the server did not list: {pct(c.raw_prob)} of the model's "
+            "probability.<br>The server samples from its whole distribution, so it may pick "
+            "one of these; entropy is a lower bound."
+        )
     if other:
         return (
             f"All the tokens the server did not send: {pct(c.raw_prob)} of the model's "

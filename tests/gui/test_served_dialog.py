@@ -167,6 +167,13 @@ def test_a_raw_only_stream_draws_no_after_sampler_bars_or_entropy(qtbot, window)
     assert "model" in key and "sampler" not in key
     assert "not reported" in window.plots.dist_box.info.text()
     assert math.isnan(window.store.series["h"][-1])  # no "after sampler" entropy point
+    # Nothing reads as cut where no sampler is shown: the server sampled from everything.
+    assert len(plot.raw_cut.opts["width"]) == 0 and not any("✂" in v for v in plot.shown_values())
+    other = len(plot.rows) - 1
+    assert plot.rows[other][1].text == "(all other tokens)" and "may pick" in plot.describe(other)
+    assert (
+        window.plots.entropy._title.startswith("≥ ") and "at least" in window.plots.entropy._title
+    )
 
 
 # -- the dialog's server fields, and the recents remembering them -------------------------------
