@@ -57,8 +57,8 @@ def choices(bits: float, at_least: bool = False) -> str:
     """What an entropy means: as unsure as a fair pick among this many tokens (``at_least``:
     the entropy is a lower bound, a served model's top-N with the rest as one)."""
     n = max(1, round(2**bits))
-    if at_least:
-        return f"a fair pick of at least {n}"
+    if at_least:  # short: the curves' titles must fit a narrow column at 1280x720
+        return f"a fair pick of {n}+"
     return "1 sure choice" if n == 1 else f"a fair pick of {n}"
 
 
