@@ -4,7 +4,8 @@ string File > Open served model… makes, the capability line above the distribu
 that server returns, a run draws the server's top-N with the rest as one bar and the entropy
 as a lower bound, and File > Score a text is refused in one message where the server returns
 no prompt log-probabilities (and scores on SGLang, a rank past its top-N read as a bound).
-The real llama-server's window: tests/remote/test_llama_server_window.py (a unique file name: tests/remote has a test_served_window.py, and pytest needs the base names to differ)."""
+The real llama-server's window: tests/remote/test_llama_server_window.py. (The file's name is
+not test_served_window.py: tests/remote has one, and pytest needs the base names to differ.)"""
 
 from __future__ import annotations
 
