@@ -22,6 +22,7 @@ from gui.experiment_words import EXPERIMENT_PRESS, only_setting
 from gui.theme import LIGHT
 from gui.views import RunView
 from gui.widgets.experiment_dialogs import LockstepDialog, RunsDialog, SweepDialog, parse_values
+from gui.widgets.served_dialog import parse_served, served_title
 from gui.worker import EngineRunner
 
 REDRAW_MS = 33
@@ -202,7 +203,9 @@ class ExperimentActions(QObject):
     @Slot()
     def ask_lockstep(self) -> None:
         bundled = [(m.name, m.title) for m in list_bundled() if m.kind == DECODER_ONLY]
-        dialog = LockstepDialog(self.window, bundled)
+        recents = getattr(getattr(self.window, "picker", None), "recents", [])
+        served = [(s, served_title(s)) for s in recents if parse_served(s)]  # Open served model…
+        dialog = LockstepDialog(self.window, bundled, served)
         if dialog.exec() != LockstepDialog.DialogCode.Accepted:
             return
         source, top_n = dialog.chosen()
@@ -236,7 +239,9 @@ class ExperimentActions(QObject):
             self.tabs.lockstep.refuse(result.refusal)
             self.say("Lockstep refused: the two models use different tokenizers.")
             return
-        self.tabs.lockstep.show_steps(result.steps, result.summary, result.a, result.b)
+        self.tabs.lockstep.show_steps(
+            result.steps, result.summary, result.a, result.b, result.bounds
+        )
         self.say(f"Lockstep: {len(result.steps)} steps compared.")
 
     def _follow_looks(self) -> None:

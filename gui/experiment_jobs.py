@@ -62,6 +62,7 @@ class LockstepResult:
     a: str
     b: str
     refusal: str = ""  # the tokenizers differ: this message, nothing else
+    bounds: str = ""  # B is served and sent its top-N only: what is a bound (KL, B's prob.)
 
 
 def _local(bundle: Any, what: str) -> Any:
@@ -132,9 +133,11 @@ def lockstep_job(
 ) -> Generator[Any, Any, LockstepResult]:  # fmt: skip
     """Load B (``same-bf16``: A's own source in bfloat16), then A writes and B scores."""
     from engine.experiments.lockstep import Lockstep
-    from engine.models.catalog import open_model
+    from engine.models.catalog import open_model, parse_served
 
     _local(bundle, "Lockstep")
+    if parse_served(source_b) is not None:  # B on a server: a recent of Open served model…
+        return (yield from _served_lockstep(bundle, where, settings, source_b, top_n, say))
     same = source_b == "same-bf16"
     source = (bundle.source_key or bundle.source) if same else source_b
     say(f"Loading model B: {source}{' in bfloat16' if same else ''}…")
@@ -148,3 +151,31 @@ def lockstep_job(
         if (yield Progress(f"Lockstep: step {step.index + 1}, KL {step.kl:.3f}")) is STOP:
             break
     return LockstepResult(tuple(lock.steps), lock.summary(), bundle.name, b_name)
+
+
+def _served_lockstep(
+    bundle: Any, where: Where, settings: SamplerSettings, source_b: str, top_n: int, say: Any
+) -> Generator[Any, Any, LockstepResult]:
+    """B served (``engine.serve.served_lockstep``): asked for its top-N at each of A's
+    prefixes, with the server and options its source remembers; KL is then a lower bound."""
+    from engine.models.catalog import parse_served
+    from engine.serve.remote import KeySource
+    from engine.serve.remote_session import open_served
+    from engine.serve.served_lockstep import ServedLockstep
+    from gui.model_actions import served_run_options
+
+    url, model, key_kind = parse_served(source_b) or ("", "", "none")
+    say(f"Connecting to model B at {url}…")
+    b = open_served(url, model or None, KeySource(key_kind), **served_run_options(source_b))
+    try:
+        session = session_for(bundle, where, settings)
+        lock = ServedLockstep(session, b, top_n=min(top_n, b.n_logprobs))
+        for step in lock.stream():
+            if (yield Progress(f"Lockstep: step {step.index + 1}, KL ≥ {step.kl:.3f}")) is STOP:
+                break
+    except TokenizerMismatchError as exc:
+        return LockstepResult((), None, bundle.name, b.describe(), refusal=str(exc))
+    finally:
+        b.client.close()
+    return LockstepResult(tuple(lock.steps), lock.summary(), bundle.name, b.describe(),
+                          bounds=lock.bounds)  # fmt: skip

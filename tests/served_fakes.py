@@ -295,17 +295,20 @@ class PieceTokenizer:
         return {"input_ids": [int(m) for m in re.findall(r"\[(\d+)\]", text)]}
 
 
-def fake_bundle(kind: str, model: torch.nn.Module, url: str = "http://lab-box:8080", **kw):
+def fake_bundle(
+    kind: str, model: torch.nn.Module, url: str = "http://lab-box:8080", tokenizer=None, **kw
+):
     """A served bundle of ``kind`` (llama-server, ollama or sglang) whose client talks to the
-    fake above over an httpx.MockTransport, with PieceTokenizer as its local tokenizer: what
-    ``open_served`` would give for that server (``kw``: server_sampler, raw_flag)."""
+    fake above over an httpx.MockTransport, with ``tokenizer`` (default PieceTokenizer) as its
+    local tokenizer: what ``open_served`` would give for that server (``kw``: server_sampler,
+    raw_flag)."""
     from engine.serve.llama_server import LlamaServerClient
     from engine.serve.ollama import OllamaClient, PieceMap
     from engine.serve.remote_session import RemoteBundle
     from engine.serve.sglang import SGLangClient
 
     tiny, vocab = TinyModel(model), model.config.vocab_size
-    tok = PieceTokenizer(vocab)
+    tok = tokenizer if tokenizer is not None else PieceTokenizer(vocab)
     if kind == "ollama":
         client = OllamaClient(url, transport=httpx.MockTransport(FakeOllama(tiny, tok)))
         client.pieces, client.text_of = PieceMap(tok), tok.decode

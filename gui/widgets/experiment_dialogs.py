@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -130,9 +131,13 @@ class RunsDialog(QDialog):
 
 
 class LockstepDialog(QDialog):
-    """Model B: model A in bfloat16, a bundled model, or any folder / .gguf / hub id."""
+    """Model B: model A in bfloat16, a bundled model, a served model (the recents of Open
+    served model…: B's top-N only, so KL is a lower bound), or any folder / .gguf / hub id."""
 
-    def __init__(self, parent: QWidget | None, bundled: Sequence[tuple[str, str]]) -> None:
+    def __init__(
+        self, parent: QWidget | None, bundled: Sequence[tuple[str, str]],
+        served: Sequence[tuple[str, str]] = (),
+    ) -> None:  # fmt: skip
         super().__init__(parent)
         self.setWindowTitle("Two models in lockstep")
         self.model = QComboBox()
@@ -140,6 +145,13 @@ class LockstepDialog(QDialog):
         self.model.addItem("The same model in bfloat16", SAME_BF16)
         for name, title in bundled:
             self.model.addItem(title, name)
+        for source, title in served:  # its top-N only: the view says KL is a lower bound
+            self.model.addItem(title, source)
+            self.model.setItemData(
+                self.model.count() - 1,
+                "B on a server sends its top-N only: KL values are lower bounds.",
+                Qt.ItemDataRole.ToolTipRole,
+            )
         self.model.addItem("Another model (folder, .gguf or Hugging Face id)…", OTHER)
         self.other = QLineEdit()
         self.other.setPlaceholderText("e.g. HuggingFaceTB/SmolLM2-360M-Instruct")

@@ -20,6 +20,7 @@ from gui.widgets.series_plot import still_plot, style_axes, tick_font
 from gui.widgets.step_text import pct, short
 from gui.widgets.sweep_view import button_row, cell, note_label, plain_table
 
+KL_TITLE = "KL divergence A→B, nats"
 COLUMNS = ("Step", "A wrote", "KL", "Jaccard", "Greedy", "A's top", "B's top")
 SHOWN_TOP, SHOWN_TOP_COMPACT = 2, 1  # per list in a table cell; the tooltip has all N
 COMPACT_HIDDEN = (3,)  # the Jaccard column: the presentation view keeps KL and the lists
@@ -29,18 +30,28 @@ def ranked_text(top: Sequence[Ranked], n: int = SHOWN_TOP) -> str:
     return "  ".join(f"{short(r.text, 10)} {pct(r.prob)}" for r in top[:n])
 
 
-def summary_text(s: LockstepSummary, a: str, b: str, compact: bool = False) -> str:
+def summary_text(
+    s: LockstepSummary, a: str, b: str, compact: bool = False, bounds: str = ""
+) -> str:
+    """The summary line; ``bounds``: B is served and sent its top-N only (what is a bound)."""
+    ge = "≥ " if bounds else ""
     if compact:
         return (
-            f"Mean KL <b>{s.mean_kl:.3f}</b> nats · greedy picks agree <b>"
+            f"Mean KL <b>{ge}{s.mean_kl:.3f}</b> nats · greedy picks agree <b>"
             f"{s.greedy_agreement:.0%}</b> · Jaccard {s.mean_jaccard:.2f}"
         )
+    said = f"<br><i>{html.escape(bounds[0].upper() + bounds[1:])}.</i>" if bounds else ""
     return (
         f"<b>A</b> = {html.escape(a)}, <b>B</b> = {html.escape(b)}: {s.tokens} tokens; mean KL "
-        f"<b>{s.mean_kl:.3f}</b> nats (largest {s.max_kl:.3f} at step {s.max_kl_step + 1}); "
-        f"top-N Jaccard <b>{s.mean_jaccard:.2f}</b>; greedy picks agree at "
-        f"<b>{s.greedy_agreement:.0%}</b> of the steps."
+        f"<b>{ge}{s.mean_kl:.3f}</b> nats (largest {ge}{s.max_kl:.3f} at step "
+        f"{s.max_kl_step + 1}); top-N Jaccard <b>{s.mean_jaccard:.2f}</b>; greedy picks agree "
+        f"at <b>{s.greedy_agreement:.0%}</b> of the steps.{said}"
     )
+
+
+def kl_text(s: LockstepStep) -> str:
+    """A step's KL; "≥" where it is a lower bound (B sent its top-N only)."""
+    return f"{'≥' if s.kl_lower_bound else ''}{s.kl:.3f}"
 
 
 class StepCurve(pg.PlotWidget):
@@ -95,7 +106,7 @@ class LockstepView(QWidget):
         self.message = note_label("", "lockstep_message")
         self.message.setStyleSheet("color: #d55e00; font-weight: bold;")  # Okabe-Ito vermilion
         self.message.hide()
-        self.kl = StepCurve("KL divergence A→B, nats", "#0072b2")
+        self.kl = StepCurve(KL_TITLE, "#0072b2")
         self.jaccard = StepCurve("Top-N Jaccard (1 = same lists)", "#e69f00", upper=1.05)
         self.kl.setObjectName("lockstep_kl")
         self.plots = QSplitter(Qt.Orientation.Horizontal)
@@ -111,6 +122,7 @@ class LockstepView(QWidget):
         split.setSizes([200, 200])
         self.compact = False
         self.summary: tuple[LockstepSummary | None, str, str] = (None, "A", "B")
+        self.bounds = ""  # B served: what is a bound
         layout = QVBoxLayout(self)
         layout.addLayout(button_row(self.run))
         layout.addWidget(self.info)
@@ -125,7 +137,7 @@ class LockstepView(QWidget):
         for column in COMPACT_HIDDEN:
             self.table.setColumnHidden(column, on)
         if self.steps:
-            self.show_steps(self.steps, *self.summary)
+            self.show_steps(self.steps, *self.summary, self.bounds)
 
     def refuse(self, message: str) -> None:
         """One clear message; what was shown before stays."""
@@ -133,12 +145,13 @@ class LockstepView(QWidget):
         self.message.show()
 
     def show_steps(self, steps: Sequence[LockstepStep], summary: LockstepSummary | None,
-                   a: str = "A", b: str = "B") -> None:  # fmt: skip
+                   a: str = "A", b: str = "B", bounds: str = "") -> None:  # fmt: skip
+        """``bounds``: B is served and sent its top-N only; its KL values are lower bounds."""
         self.message.hide()
         self.steps = list(steps)
         self.table.setRowCount(len(steps))
         for r, s in enumerate(steps):
-            cells = (str(s.index + 1), short(s.text, 12), f"{s.kl:.3f}", f"{s.jaccard:.2f}",
+            cells = (str(s.index + 1), short(s.text, 12), kl_text(s), f"{s.jaccard:.2f}",
                      "agree" if s.greedy_agree else "differ")  # fmt: skip
             for c, text in enumerate(cells):
                 self.table.setItem(r, c, cell(text, right=c in (0, 2, 3)))
@@ -146,8 +159,11 @@ class LockstepView(QWidget):
             for c, top in ((5, s.a_top), (6, s.b_top)):
                 tip = "\n".join(f"{short(x.text, 20)}  {pct(x.prob)}" for x in top)
                 self.table.setItem(r, c, cell(ranked_text(top, shown), tip=tip))
+        self.kl.title = KL_TITLE + (" (lower bounds: B served)" if bounds else "")
+        self.kl.set_theme(self.kl.theme)
         self.kl.set_values(np.array([s.kl for s in steps], dtype=float))
         self.jaccard.set_values(np.array([s.jaccard for s in steps], dtype=float))
         self.summary = (summary, a, b)
+        self.bounds = bounds
         if summary is not None:
-            self.info.setText(summary_text(summary, a, b, self.compact))
+            self.info.setText(summary_text(summary, a, b, self.compact, bounds))

@@ -92,3 +92,48 @@ def test_scoring_on_sglang_shows_bounded_ranks(qtbot, window, monkeypatch, tiny)
     bound = next(t for t in score.tokens if t.rank_bound)
     window.scoring.select(bound.index)
     assert f"rank ≥{bound.rank}" in window.plots.dist_box.info.text()
+
+
+def test_a_served_model_b_in_lockstep_says_its_kl_is_a_lower_bound(
+    qtbot, window, tiny_dir, monkeypatch
+):
+    """Experiments > Two models in lockstep… offers the served recents as model B; B (the same
+    weights as A, on a replayed llama-server) is asked for its top-N at each of A's prefixes:
+    KL ~ 0 and read as '≥', Jaccard 1, greedy agreement 100%, the bound said in the view."""
+    from conftest import load
+
+    from gui.widgets.experiment_dialogs import LockstepDialog
+
+    load(qtbot, window, tiny_dir)
+    window.prompt.setPlainText("Hello there")
+    window.prompt_box.chat_template.setChecked(False)
+    window.sampler.set_settings(window.sampler.settings().with_(temperature=0.0,
+                                                                max_new_tokens=6))  # fmt: skip
+    source = served_source(URL, "", "none", "llama-server", {"tokenizer": str(tiny_dir)})
+    window.picker.remember(source)
+    window.picker.remember(str(tiny_dir))  # A stays the current model
+    opened = []
+
+    def open_served(url, model, key_source, **options):
+        opened.append((url, options))
+        return fake_bundle("llama-server", tiny_llama(), url, tokenizer=window.bundle.tokenizer)
+
+    monkeypatch.setattr("engine.serve.remote_session.open_served", open_served)
+
+    def choose_served(dialog) -> int:
+        dialog.model.setCurrentIndex(dialog.model.findData(source))
+        dialog.top_n.setValue(5)
+        return LockstepDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(LockstepDialog, "exec", choose_served)
+    view = window.plots.experiments.lockstep
+    run(qtbot, window, window.lab.ask_lockstep)
+    qtbot.waitUntil(lambda: len(view.steps) == 6, timeout=5000)
+    assert opened == [(URL, {"kind": "llama-server", "tokenizer": str(tiny_dir),
+                             "server_sampler": False, "raw_logprobs": False})]  # fmt: skip
+    assert all(s.kl_lower_bound and 0 <= s.kl < 1e-4 for s in view.steps)
+    assert all(s.jaccard == 1.0 and s.greedy_agree for s in view.steps)
+    assert view.table.item(0, 2).text().startswith("≥")
+    info = view.info.text()
+    assert "mean KL <b>≥ " in info and "KL values are lower bounds" in info
+    assert "llama.cpp llama-server" in info and "lower bounds" in view.kl.title
