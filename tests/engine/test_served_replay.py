@@ -10,8 +10,12 @@ documentation gives (they cannot be installed here, so no running server is test
   ``meta_info`` holds ``[logprob, token_id, text]`` triples (tokenizer_manager.py
   ``detokenize_logprob_tokens``) and ``finish_reason`` ``{"type": ...}``.
 
-The literal replies below are those shapes with values; the fakes in tests/served_fakes.py
-answer in the same shapes from a tiny model, so the sessions can be held to our engine."""
+Neither documentation prints a whole reply with log-probabilities (Ollama's docs/openapi.yaml
+gives the Logprob and TokenLogprob schemas and no example; SGLang's sampling_params.md lists
+the arguments and shows a stream as ``data:`` lines with the cumulative text, ending
+``data: [DONE]``), so the literal replies below are those shapes with our values; the fakes in
+tests/served_fakes.py answer in the same shapes from a tiny model, so the sessions can be held
+to our engine."""
 
 from __future__ import annotations
 
