@@ -136,4 +136,4 @@ def test_a_served_model_b_in_lockstep_says_its_kl_is_a_lower_bound(
     assert view.table.item(0, 2).text().startswith("≥")
     info = view.info.text()
     assert "mean KL <b>≥ " in info and "KL values are lower bounds" in info
-    assert "llama.cpp llama-server" in info and "lower bounds" in view.kl.title
+    assert "llama.cpp llama-server" in info and "(at least)" in view.kl.title

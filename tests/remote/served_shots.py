@@ -1,7 +1,8 @@
 """Screenshots of the window on a served llama-server (run under a real X display, Xvfb +
 openbox, as tests/gui/fit_probe.py): the capability line and the distribution bars in explore
 mode (the server's raw top-N, then our sampler), with llama.cpp's own sampler beside ours, and
-a stream (raw only). Starts its own llama-server on the bundled GGUF.
+a stream (raw only), and the served model as B in lockstep with the bundled one here as A.
+Starts its own llama-server on the bundled GGUF.
 Usage: served_shots.py OUTDIR [THEME]. Prints one line per shot."""
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ def open_served(app: QApplication, w: MainWindow, url: str, sampler: bool) -> No
     assert wait(app, lambda: opened() and not w.runner.busy, 120), "not opened"
 
 
+def lockstep(app: QApplication, w: MainWindow, url: str) -> None:
+    """The bundled SmolLM2 here as A, the served one as B (Experiments > Two models in
+    lockstep…, B from the recents): B's KL is a lower bound, and the view says so."""
+    source_b = w.picker.recents[0]  # the served model the window opened last
+    w.models.load_model("smollm2-135m")
+    assert wait(app, lambda: w.bundle is not None and not hasattr(w.bundle, "make_session")
+                and not w.runner.busy, 300), "the local model did not load"  # fmt: skip
+    w.prompt.setPlainText(PROMPT)
+    w.sampler.set_settings(w.sampler.settings().with_(temperature=0.0, max_new_tokens=12))
+    job(app, w, lambda: w.lab.lockstep(source_b, 5))
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     theme = sys.argv[2] if len(sys.argv) > 2 else "light"
@@ -62,6 +75,8 @@ def main() -> None:
         w.method.method.setCurrentIndex(w.method.method.findData(SERVED_STREAM))
         job(app, w, w.generate)
         shoot(app, out / f"llama-server-stream-raw-{theme}.png")
+        lockstep(app, w, server.url)
+        shoot(app, out / f"llama-server-lockstep-b-{theme}.png")
     finally:
         w.runner.shutdown()
         w.close()
