@@ -138,6 +138,29 @@ def test_greedy_explore_equals_the_servers_greedy_and_our_engine(llama_served, l
     record("greedy_agreement_local_fp32_vs_q4_1_server", figures)
 
 
+def test_greedy_on_the_same_weights_equals_our_engine(f32_served, local):
+    """Where they should agree: llama-server on the GGUF dequantised to float32 (no 8-bit
+    activations) against our engine on those weights, on every prompt. Float32 sums in another
+    order may only swap a near-tie (a top-2 gap within EXACT_TOL)."""
+    figures = {}
+    for text in GREEDY_PROMPTS:
+        ids = local.encode_prompt(text)
+        served = explore(f32_served, ids).generated_ids
+        here = GenerationSession(local.model, ids, GREEDY, eos_token_ids=local.eos_token_ids)
+        steps = list(here.stream(N_TOKENS))
+        pairs = enumerate(zip(served, here.generated_ids, strict=False))
+        part = next((i for i, (a, b) in pairs if a != b), None)
+        if part is None:
+            assert len(served) == len(here.generated_ids)
+            figures[text[:24]] = f"{len(served)}/{len(served)}"
+            continue
+        top = steps[part].candidates
+        gap = math.log(top[0].raw_prob) - math.log(top[1].raw_prob)
+        figures[text[:24]] = f"{part}/{len(here.generated_ids)} (near-tie {gap:.1e} nats)"
+        assert gap <= EXACT_TOL, f"parted at {part} with a log-prob gap of {gap:.3f}"
+    record("greedy_agreement_local_fp32_vs_f32_server", figures)
+
+
 def _top20_diffs(served, local, prompt_ids) -> tuple[list[float], int, int, list[int]]:
     """|server - our engine| of every top-20 log-probability of a 32-token greedy run, how
     many ids the two top-20 lists swap, and the run's tokens."""
