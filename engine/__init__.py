@@ -4,6 +4,7 @@ The parts, one folder each::
 
     models/      loading a model, its device and dtype, prompt ids, token text
     step/        decode back-ends: ids -> next logits (model.forward, the fast paths, KV caches)
+    quant/       int8 and int4 weights on the CPU kernels, a GGUF's own 4-bit blocks (issue 36)
     sampling/    settings and the sampler chain: logits -> probabilities -> a token
     decode/      decoding methods: sessions that turn logits into Step records
     tree/        the multiverse: every branch as a RunTree, expansion by probability, scoring

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from engine.quant.linear import fuse
+
 # model_type -> norm kind (the family's spec beyond what the modules themselves say)
 NORM_RMS, NORM_RMS_GEMMA, NORM_LAYER = 0, 1, 2
 FAMILIES = {
@@ -35,10 +37,11 @@ _ACTIVATIONS = {
 # rotary types whose tables change at run time (transformers' dynamic_rope_update)
 _RUNTIME_ROPE = ("dynamic", "longrope")
 
-# per-layer weight slots (an empty tensor where a family has no such weight)
+# per-layer weight slots (an empty tensor where a family has no such weight); the last four
+# are the matrices' scales, empty for float weights (engine.quant: int8 and int4)
 (IN_W, IN_B, QKV_W, QKV_B, QN_W, KN_W, O_W, O_B, PA_W, PA_B, PF_W, PF_B, PFF_W, PFF_B,
- UP_W, UP_B, DOWN_W, DOWN_B) = range(18)  # fmt: skip
-N_SLOTS = 18
+ UP_W, UP_B, DOWN_W, DOWN_B, QKV_S, O_S, UP_S, DOWN_S) = range(22)  # fmt: skip
+N_SLOTS = 22
 
 
 class FastPathUnsupported(ValueError):
@@ -115,13 +118,17 @@ def _fused(*tensors: torch.Tensor) -> torch.Tensor:
     return fused
 
 
-def _transposed(conv_weight: torch.nn.Parameter) -> torch.Tensor:
+def _transposed(conv: torch.nn.Module, empty: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """GPT-2's Conv1D keeps its weight as [in, out]. Store it column-major instead (the model
     computes the same ``x @ w``) so that ``w.t()``, the [out, in] matrix this path multiplies
-    by, is contiguous without a second copy of the weights."""
+    by, is contiguous without a second copy of the weights. A quantised layer is [out, in]
+    already."""
+    if hasattr(conv, "qweight"):
+        return _matrix(conv, empty)
+    conv_weight = conv.weight
     if not conv_weight.data.t().is_contiguous():
         conv_weight.data = conv_weight.data.t().contiguous().t()
-    return conv_weight.data.t()
+    return conv_weight.data.t(), empty
 
 
 @dataclass
@@ -138,6 +145,7 @@ class Spec:
     final_w: torch.Tensor
     final_b: torch.Tensor
     lm_head: torch.Tensor
+    lm_head_s: torch.Tensor  # the head's scales: empty for a float head
     inv_freqs: list[torch.Tensor]
     rope_scales: list[float]
     rot: int
@@ -157,6 +165,7 @@ class Spec:
     extra: dict[str, Any] = field(default_factory=dict)
 
     MATRIX_SLOTS = (QKV_W, O_W, UP_W, DOWN_W)
+    SCALE_SLOTS = (QKV_S, O_S, UP_S, DOWN_S)  # each matrix's scales, in the same order
 
     @property
     def dtype(self) -> torch.dtype:
@@ -171,7 +180,8 @@ class Spec:
         return dict(
             embed=self.embed, embed_scale=self.embed_scale, wpe=self.wpe, layers=self.layers,
             sliding=self.sliding, rope_of=self.rope_of, final_w=self.final_w,
-            final_b=self.final_b, lm_head=self.lm_head, inv_freqs=self.inv_freqs,
+            final_b=self.final_b, lm_head=self.lm_head, lm_head_s=self.lm_head_s,
+            inv_freqs=self.inv_freqs,
             rope_scales=self.rope_scales, rot=self.rot, n_heads=self.n_heads, n_kv=self.n_kv,
             head_dim=self.head_dim, eps=self.eps, norm_kind=self.norm_kind,
             act_kind=self.act_kind, gated=self.gated, attn_scale=self.attn_scale,
@@ -183,6 +193,30 @@ class Spec:
 def _w(module: torch.nn.Module | None, name: str = "weight") -> torch.Tensor | None:
     t = getattr(module, name, None) if module is not None else None
     return t.data if isinstance(t, torch.Tensor) else None
+
+
+def _matrix(module: torch.nn.Module, empty: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A linear layer's (weight [N, K], scales): a float weight with empty scales, or an
+    int8 / int4 layer's integers and scales (engine.quant.linear.QuantLinear)."""
+    if hasattr(module, "qweight"):
+        return module.qweight, module.scales.contiguous()
+    return module.weight.data, empty
+
+
+def _fused_matrix(
+    mods: list[torch.nn.Module], empty: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One (weight, scales) for layers that multiply the same input, shared with them."""
+    quantised = [hasattr(m, "qweight") for m in mods]
+    if not any(quantised):
+        return _fused(*(m.weight for m in mods)), empty
+    pair = fuse(mods) if all(quantised) else None  # type: ignore[arg-type]
+    if pair is None:
+        raise FastPathUnsupported(
+            "its quantised q/k/v (or gate/up) matrices cannot share one product (different"
+            " formats, or int4 rows not in blocks of 64); model.forward runs them"
+        )
+    return pair
 
 
 def _rope(inner: torch.nn.Module, cfg: Any, layer_types: list[str]) -> tuple[
@@ -214,25 +248,27 @@ def _decoder_slots(layer: torch.nn.Module, empty: torch.Tensor) -> list[torch.Te
     """One Llama-shaped layer's weights in the step's slots (``empty`` where it has none)."""
     att, mlp = layer.self_attn, layer.mlp
     if hasattr(att, "qkv_proj"):  # Phi-3: already fused
-        qkv, qkv_b = att.qkv_proj.weight.data, _w(att.qkv_proj, "bias")
+        (qkv, qkv_s), qkv_b = _matrix(att.qkv_proj, empty), _w(att.qkv_proj, "bias")
     else:
-        qkv = _fused(att.q_proj.weight, att.k_proj.weight, att.v_proj.weight)
+        qkv, qkv_s = _fused_matrix([att.q_proj, att.k_proj, att.v_proj], empty)
         biases = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
         qkv_b = _fused(*biases) if all(b is not None for b in biases) else None
     if hasattr(mlp, "gate_up_proj"):
-        up = mlp.gate_up_proj.weight.data
+        up, up_s = _matrix(mlp.gate_up_proj, empty)
     else:
-        up = _fused(mlp.gate_proj.weight, mlp.up_proj.weight)
+        up, up_s = _fused_matrix([mlp.gate_proj, mlp.up_proj], empty)
+    o, o_s = _matrix(att.o_proj, empty)
+    down, down_s = _matrix(mlp.down_proj, empty)
     gemma = hasattr(layer, "pre_feedforward_layernorm")
     pre_mlp = layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm
     slots = [
         _w(layer.input_layernorm), None, qkv, qkv_b,
         _w(getattr(att, "q_norm", None)), _w(getattr(att, "k_norm", None)),
-        att.o_proj.weight.data, _w(att.o_proj, "bias"),
+        o, _w(att.o_proj, "bias"),
         _w(layer.post_attention_layernorm) if gemma else None, None,
         _w(pre_mlp), None,
         _w(layer.post_feedforward_layernorm) if gemma else None, None,
-        up, None, mlp.down_proj.weight.data, None,
+        up, None, down, None, qkv_s, o_s, up_s, down_s,
     ]  # fmt: skip
     return [empty if t is None else t for t in slots]
 
@@ -254,6 +290,7 @@ def _decoder_spec(model: torch.nn.Module, norm_kind: int) -> Spec:
     rot = 2 * freqs[0].shape[0]
     embed_scale = getattr(inner.embed_tokens, "embed_scale", None)
     scalar = getattr(cfg, "query_pre_attn_scalar", None)
+    lm_head, lm_head_s = _matrix(model.get_output_embeddings(), empty)
     return Spec(
         embed=embed,
         embed_scale=empty if embed_scale is None else embed_scale.to(embed.dtype).reshape(()),
@@ -263,7 +300,8 @@ def _decoder_spec(model: torch.nn.Module, norm_kind: int) -> Spec:
         rope_of=rope_of,
         final_w=inner.norm.weight.data,
         final_b=empty,
-        lm_head=model.get_output_embeddings().weight.data,
+        lm_head=lm_head,
+        lm_head_s=lm_head_s,
         inv_freqs=[f.to(embed.device) for f in freqs],
         rope_scales=scales,
         rot=rot,
@@ -293,22 +331,25 @@ def _gpt2_spec(model: torch.nn.Module) -> Spec:
     layers = []
     for block in tr.h:
         att, mlp = block.attn, block.mlp
+        (qkv, qkv_s), (o, o_s) = _transposed(att.c_attn, empty), _transposed(att.c_proj, empty)
+        (up, up_s), (down, down_s) = _transposed(mlp.c_fc, empty), _transposed(mlp.c_proj, empty)
         slots = [
             block.ln_1.weight.data, block.ln_1.bias.data,
-            _transposed(att.c_attn.weight), att.c_attn.bias.data, empty, empty,
-            _transposed(att.c_proj.weight), att.c_proj.bias.data, empty, empty,
+            qkv, att.c_attn.bias.data, empty, empty,
+            o, att.c_proj.bias.data, empty, empty,
             block.ln_2.weight.data, block.ln_2.bias.data, empty, empty,
-            _transposed(mlp.c_fc.weight), mlp.c_fc.bias.data,
-            _transposed(mlp.c_proj.weight), mlp.c_proj.bias.data,
+            up, mlp.c_fc.bias.data, down, mlp.c_proj.bias.data,
+            qkv_s, o_s, up_s, down_s,
         ]  # fmt: skip
         layers.append(slots)
     n_heads = cfg.n_head
     head_dim = cfg.n_embd // n_heads
+    lm_head, lm_head_s = _matrix(model.get_output_embeddings(), empty)
     return Spec(
         embed=embed, embed_scale=empty, wpe=tr.wpe.weight.data, layers=layers,
         sliding=[False] * len(layers), rope_of=[0] * len(layers), final_w=tr.ln_f.weight.data,
-        final_b=tr.ln_f.bias.data, lm_head=model.get_output_embeddings().weight.data,
-        inv_freqs=[], rope_scales=[], rot=head_dim, n_heads=n_heads, n_kv=n_heads,
+        final_b=tr.ln_f.bias.data, lm_head=lm_head, lm_head_s=lm_head_s, inv_freqs=[],
+        rope_scales=[], rot=head_dim, n_heads=n_heads, n_kv=n_heads,
         head_dim=head_dim, eps=float(cfg.layer_norm_epsilon), norm_kind=NORM_LAYER,
         act_kind=_ACTIVATIONS[_activation(cfg)], gated=False, attn_scale=head_dim**-0.5,
         attn_softcap=0.0, final_softcap=0.0, window=0, max_len=int(cfg.n_positions),

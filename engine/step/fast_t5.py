@@ -75,6 +75,9 @@ def supports_t5(model: torch.nn.Module) -> str | None:
     kind = getattr(cfg, "model_type", None)
     if kind not in T5_TYPES:
         return f"model type {kind!r} (T5 fast path: {', '.join(T5_TYPES)})"
+    quant = getattr(model, "decoding_lab_quant", None)
+    if quant is not None:  # the T5 step takes float weights; model.forward runs the kernels
+        return f"{quant.kind} weights (the T5 step is written for float weights)"
     decoder = getattr(model, "decoder", None)
     blocks = getattr(decoder, "block", None)
     if not getattr(cfg, "is_encoder_decoder", False) or not blocks:

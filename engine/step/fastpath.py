@@ -49,7 +49,7 @@ from engine.step.fast_spec import (  # noqa: F401 - re-exported: the fast path's
     read_spec,
     supports,
 )
-from engine.step.forward import linear
+from engine.step.kernels import linear
 from engine.step.kvcache import StaticKV
 from engine.step.scripted import cpu_step
 
@@ -77,7 +77,18 @@ def onednn_supports(dtype: torch.dtype) -> bool:
 
 def _cpu_kernel(weights: list[torch.Tensor]) -> tuple[bool, list[torch.Tensor]]:
     """Whether to use oneDNN, and the weights the matrix products take (bfloat16 ones packed
-    into oneDNN's blocked layout; ``prepared`` caches the result per model)."""
+    into oneDNN's blocked layout; ``prepared`` caches the result per model). Quantised
+    weights (int8, int4: engine.quant) have their own kernels and pass through as they are;
+    the float ones among them decide."""
+    floats = [i for i, w in enumerate(weights) if w.is_floating_point()]
+    if len(floats) < len(weights):
+        if not floats:
+            return False, weights
+        onednn, ready = _cpu_kernel([weights[i] for i in floats])
+        out = list(weights)
+        for i, w in zip(floats, ready, strict=True):
+            out[i] = w
+        return onednn, out
     w0 = weights[0]
     if w0.device.type != "cpu" or w0.dtype not in (torch.float32, torch.bfloat16):
         return False, weights

@@ -10,6 +10,10 @@ Shapes: ``ids`` and ``pos`` are [n]; keys and values are written into the cache 
 ``k_all`` / ``v_all`` [layers, kv heads, capacity, head dim] at ``pos``, and attention reads
 positions [0, attn_len) of them. Every function returns the logits of the last ``keep`` rows,
 [keep, vocab] float32.
+
+The matrix products go through ``engine.step.kernels.mm``: each weight slot has a scale slot
+beside it (``QKV_S`` for ``QKV_W``, ...; empty for float weights), so one step runs float,
+int8 and int4 models alike (engine.quant).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from engine.step.fast_spec import (
     ACT_GELU_TANH,
     ACT_SILU,
     DOWN_B,
+    DOWN_S,
     DOWN_W,
     IN_B,
     IN_W,
@@ -29,6 +34,7 @@ from engine.step.fast_spec import (
     NORM_RMS,
     NORM_RMS_GEMMA,
     O_B,
+    O_S,
     O_W,
     PA_B,
     PA_W,
@@ -37,24 +43,14 @@ from engine.step.fast_spec import (
     PFF_B,
     PFF_W,
     QKV_B,
+    QKV_S,
     QKV_W,
     QN_W,
     UP_B,
+    UP_S,
     UP_W,
 )  # fmt: skip
-
-# TorchScript's name for its Scalar type (int or float), which the oneDNN op's argument list
-# takes; to Python (and to type checkers) it is a float.
-number = float
-
-
-def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
-    """``x @ w.T``: through oneDNN where ``engine.step.fastpath.prepared`` chose it (``w`` then
-    in the layout it prepared: bfloat16 matrices are packed), else ``torch.matmul``."""
-    if onednn:
-        no_scalars: list[number | None] = []  # the op's Scalar?[] argument, typed for TorchScript
-        return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", no_scalars, "")
-    return torch.matmul(x, w.t())
+from engine.step.kernels import linear, mm, number  # noqa: F401 - the step's names (scripted.py)
 
 
 def norm(x: Tensor, w: Tensor, b: Tensor, kind: int, eps: float) -> Tensor:
@@ -66,8 +62,9 @@ def norm(x: Tensor, w: Tensor, b: Tensor, kind: int, eps: float) -> Tensor:
     return torch.layer_norm(x, [x.shape[-1]], w, b, eps)
 
 
-def affine(x: Tensor, w: Tensor, b: Tensor, onednn: bool) -> Tensor:
-    y = linear(x, w, onednn)
+def affine(x: Tensor, w: Tensor, s: Tensor, b: Tensor, onednn: bool) -> Tensor:
+    """``x @ w.T + b`` for any weight ``engine.step.kernels.mm`` takes (``s``: its scales)."""
+    y = mm(x, w, s, onednn)
     if b.numel() > 0:
         y = y + b
     return y
@@ -167,7 +164,7 @@ def decoder_layer(
     n = x.shape[0]
     q_size, kv_size = n_heads * head_dim, n_kv * head_dim
     h = norm(x, w[IN_W], w[IN_B], norm_kind, eps)
-    qkv = affine(h, w[QKV_W], w[QKV_B], onednn)  # [n, q + 2 kv]
+    qkv = affine(h, w[QKV_W], w[QKV_S], w[QKV_B], onednn)  # [n, q + 2 kv]
     qk = qkv[:, : q_size + kv_size].view(n, n_heads + n_kv, head_dim).transpose(0, 1)
     v = qkv[:, q_size + kv_size :].view(n, n_kv, head_dim).transpose(0, 1)
     if w[QN_W].numel() > 0:  # Qwen3 / Gemma 3: RMSNorm over each head's q and k
@@ -180,17 +177,17 @@ def decoder_layer(
         qk[:n_heads], k_all[i, :, :attn_len], v_all[i, :, :attn_len], mask, attn_scale,
         attn_softcap, n_heads != n_kv,
     )  # fmt: skip
-    a = affine(att.transpose(0, 1).reshape(n, q_size), w[O_W], w[O_B], onednn)
+    a = affine(att.transpose(0, 1).reshape(n, q_size), w[O_W], w[O_S], w[O_B], onednn)
     if w[PA_W].numel() > 0:  # Gemma: norm the attention output before the residual
         a = norm(a, w[PA_W], w[PA_B], norm_kind, eps)
     x = x + a
-    u = affine(norm(x, w[PF_W], w[PF_B], norm_kind, eps), w[UP_W], w[UP_B], onednn)
+    u = affine(norm(x, w[PF_W], w[PF_B], norm_kind, eps), w[UP_W], w[UP_S], w[UP_B], onednn)
     if gated:
         gate, up = u.chunk(2, -1)
         u = act(gate, act_kind) * up
     else:
         u = act(u, act_kind)
-    m = affine(u, w[DOWN_W], w[DOWN_B], onednn)
+    m = affine(u, w[DOWN_W], w[DOWN_S], w[DOWN_B], onednn)
     if w[PFF_W].numel() > 0:
         m = norm(m, w[PFF_W], w[PFF_B], norm_kind, eps)
     return x + m
@@ -199,11 +196,11 @@ def decoder_layer(
 def forward(
     ids: Tensor, pos: Tensor, attn_len: int, always_mask: bool, embed: Tensor,
     embed_scale: Tensor, wpe: Tensor, layers: list[list[Tensor]], sliding: list[bool],
-    rope_of: list[int], final_w: Tensor, final_b: Tensor, lm_head: Tensor, k_all: Tensor,
-    v_all: Tensor, inv_freqs: list[Tensor], rope_scales: list[float], rot: int, n_heads: int,
-    n_kv: int, head_dim: int, eps: float, norm_kind: int, act_kind: int, gated: bool,
-    attn_scale: float, attn_softcap: float, final_softcap: float, window: int, keep: int,
-    onednn: bool,
+    rope_of: list[int], final_w: Tensor, final_b: Tensor, lm_head: Tensor, lm_head_s: Tensor,
+    k_all: Tensor, v_all: Tensor, inv_freqs: list[Tensor], rope_scales: list[float], rot: int,
+    n_heads: int, n_kv: int, head_dim: int, eps: float, norm_kind: int, act_kind: int,
+    gated: bool, attn_scale: float, attn_softcap: float, final_softcap: float, window: int,
+    keep: int, onednn: bool,
 ) -> Tensor:  # fmt: skip
     """One pass of a decoder over ``ids`` at ``pos`` (the module doc has the shapes)."""
     n = ids.shape[0]
@@ -225,7 +222,7 @@ def forward(
             attn_scale, attn_softcap, onednn,
         )  # fmt: skip
     x = norm(x[n - keep :], final_w, final_b, norm_kind, eps)
-    logits = linear(x, lm_head, onednn)
+    logits = mm(x, lm_head, lm_head_s, onednn)
     if final_softcap > 0.0:
         logits = torch.tanh(logits / final_softcap) * final_softcap
     return logits.float()  # [keep, vocab]

@@ -1,0 +1,102 @@
+"""``QuantLinear``: a model's linear layer with int8 or int4 weights, so that ``model.forward``
+(beam search, the tree, scoring, ``transformers.generate``) runs the quantised model through
+the same kernels as the fast step (``engine.step.kernels.mm``); and ``fuse``, which joins
+q/k/v (or gate/up) into one matrix for the fast step while the layers keep views into it."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from engine.quant.formats import COMPUTE, INT4, INT8, ROW_BLOCK
+from engine.step.kernels import mm
+
+
+class QuantLinear(nn.Module):
+    """``y = x @ W.T + b`` with W int8 per row (``qweight`` int8 [N, K], ``scales`` [N]) or
+    int4 in groups (``qweight`` packed uint8 [N, K / 2], ``scales`` [K / G, N, 2]). The input
+    is cast to bfloat16 for the kernel and the output back to the input's dtype. ``origin``
+    says where the integers came from (rounded here, or a GGUF file's own blocks)."""
+
+    def __init__(
+        self, qweight: Tensor, scales: Tensor, bias: Tensor | None, in_features: int,
+        origin: str = "",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.kind = INT8 if qweight.dtype == torch.int8 else INT4
+        self.in_features = in_features
+        self.out_features = qweight.shape[0]
+        self.origin = origin
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scales", scales)
+        self.bias = None if bias is None else nn.Parameter(bias.to(COMPUTE), requires_grad=False)
+        self._dequantised: Tensor | None = None
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features} -> {self.out_features}, {self.kind}, {self.origin}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, self.in_features).to(COMPUTE)
+        y = mm(x2, self.qweight, self.scales.contiguous(), False)  # [rows, N] bfloat16
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features).to(x.dtype)
+
+    @property
+    def weight(self) -> Tensor:
+        """The weights the kernel multiplies by, dequantised to bfloat16 [N, K] (computed on
+        first use and kept: the Inside tab reads the unembedding this way). The int4 values
+        come out of the kernel itself, multiplied by the identity, so they are what it uses
+        whatever its packed layout."""
+        if self._dequantised is None:
+            with torch.inference_mode(False), torch.no_grad():
+                self._dequantised = self._dequantise()
+        return self._dequantised
+
+    def _dequantise(self) -> Tensor:
+        if self.kind == INT8:
+            return (self.qweight.float() * self.scales.float()[:, None]).to(COMPUTE)
+        k = self.in_features
+        eye = torch.eye(k, dtype=COMPUTE)
+        cols = [mm(eye[r : r + 256], self.qweight, self.scales.contiguous(), False)
+                for r in range(0, k, 256)]  # fmt: skip
+        return torch.cat(cols).t().contiguous()  # [K, N] -> [N, K]
+
+    def nbytes(self) -> int:
+        """Bytes the kernel reads per product: the integers and their scales."""
+        b = 0 if self.bias is None else self.bias.numel() * self.bias.element_size()
+        return self.qweight.numel() * self.qweight.element_size() + self.scales.numel() * 2 + b
+
+
+def fuse(mods: list[QuantLinear]) -> tuple[Tensor, Tensor] | None:
+    """One (weights, scales) pair for layers that multiply the same input (q, k, v), rows
+    stacked; each layer's buffers become views into it, so nothing is kept twice. None when
+    the layers cannot share one product (different formats or groups, or int4 row counts that
+    do not fall on the packed layout's row blocks)."""
+    first = mods[0]
+    done = getattr(first, "_fused_into", None)
+    if done is not None and all(getattr(m, "_fused_into", None) is done for m in mods):
+        return done
+    same = all(m.kind == first.kind and m.in_features == first.in_features for m in mods)
+    if not same or (first.kind == INT4 and len({m.scales.shape[0] for m in mods}) > 1):
+        return None
+    if first.kind == INT4 and any(m.out_features % ROW_BLOCK for m in mods[:-1]):
+        return None
+    w = torch.cat([m.qweight for m in mods])
+    axis = 1 if first.kind == INT4 else 0  # int4 scales are [groups, N, 2]
+    s = torch.cat([m.scales.contiguous() for m in mods], axis)
+    row = 0
+    for m in mods:
+        n = m.out_features
+        m.qweight = w[row : row + n]
+        m.scales = s[:, row : row + n] if axis else s[row : row + n]
+        m._fused_into = (w, s)
+        row += n
+    return w, s
+
+
+def quantised_kind(model: nn.Module) -> str | None:
+    """ "int8" or "int4" for a model whose layers ``engine.quant.apply`` replaced, else None."""
+    summary = getattr(model, "decoding_lab_quant", None)
+    return None if summary is None else summary.kind

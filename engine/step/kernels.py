@@ -1,0 +1,41 @@
+"""The matrix products of a step, ``x @ w.T``, for every kind of weight the step holds: float
+weights (oneDNN on the CPU, where ``engine.step.fastpath.prepared`` chose it, else
+``torch.matmul``) and the quantised ones of ``engine.quant`` (int8 per row, int4 in groups),
+told apart by the weight's dtype. Written in the subset of Python TorchScript reads: the fast
+step (``engine.step.forward``) and the quantised modules (``engine.quant.linear``) both call
+these, so the two cannot disagree."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+# TorchScript's name for its Scalar type (int or float), which the oneDNN op's argument list
+# takes; to Python (and to type checkers) it is a float.
+number = float
+
+
+def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
+    """``x @ w.T`` for float weights: through oneDNN where ``engine.step.fastpath.prepared``
+    chose it (``w`` then in the layout it prepared: bfloat16 matrices are packed), else
+    ``torch.matmul``."""
+    if onednn:
+        no_scalars: list[number | None] = []  # the op's Scalar?[] argument, typed for TorchScript
+        return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", no_scalars, "")
+    return torch.matmul(x, w.t())
+
+
+def mm(x: Tensor, w: Tensor, s: Tensor, onednn: bool) -> Tensor:
+    """``x @ w.T`` for x [n, K] and any weight: ``s`` empty for float weights; for int8 ``w``
+    [N, K] its row scales [N]; for int4 ``w`` (uint8, packed) its (scale, zero) pairs
+    [K / group, N, 2]. Quantised products take and give bfloat16 (engine.quant.formats)."""
+    if s.numel() == 0:
+        return linear(x, w, onednn)
+    if w.dtype == torch.int8:
+        # the int8 kernel loads 16 bfloat16 activations at a time with aligned loads: a view
+        # that does not start on a 32-byte boundary would crash the process, so copy it
+        if not x.is_contiguous() or (x.storage_offset() * x.element_size()) % 32 != 0:
+            x = x.clone(memory_format=torch.contiguous_format)
+        return torch.ops.aten._weight_int8pack_mm(x, w, s)
+    group = x.shape[1] // s.shape[0]
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), w, group, s)
