@@ -81,3 +81,8 @@ def output_file(value: str) -> str:
 
 probability.__name__ = "probability"
 output_file.__name__ = "file name"
+
+DTYPE_HELP = (
+    "auto, float32, bfloat16, float16; int8 or int4: weights quantised for the CPU kernels "
+    "(a GGUF's own 4-bit blocks where they fit)"
+)

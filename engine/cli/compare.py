@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.cli.args import bounded_int, device, text
+from engine.cli.args import DTYPE_HELP, bounded_int, device, text
 from engine.cli.common import add_server_options, open_served
 from engine.validate.limits import MAX_BEAMS, MAX_GAMMA, MAX_NEW_TOKENS
 
@@ -16,6 +16,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     cmp.add_argument("--prompt", type=text, default=None)
     cmp.add_argument("--no-chat-template", action="store_true")
     cmp.add_argument("--draft-model", default=None, help="a smaller model with the same tokenizer")
+    cmp.add_argument(
+        "--draft-dtype", default=None, help="the draft's dtype (default: as --dtype), e.g. int4"
+    )
     cmp.add_argument(
         "--methods", default=None, help="comma-separated subset, e.g. 'plain, KV cache,beam search'"
     )
@@ -33,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "(same prompt and seed; distinct-1/2 and rep-4 next to the speed)",
     )  # fmt: skip
     cmp.add_argument("--device", type=device, default="auto")
-    cmp.add_argument("--dtype", default="auto")
+    cmp.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     add_server_options(cmp)
     cmp.add_argument(
         "--local-model", default=None,
@@ -81,7 +84,10 @@ def run_local(args: argparse.Namespace) -> int:
         drafter = None
         if args.draft_model:
             drafter = open_model(
-                args.draft_model, device=args.device, dtype=args.dtype, progress=say
+                args.draft_model,
+                device=args.device,
+                dtype=args.draft_dtype or args.dtype,
+                progress=say,
             )
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -11,7 +11,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from engine.cli.args import bounded_int, device, text
+from engine.cli.args import DTYPE_HELP, bounded_int, device, text
 from engine.cli.common import add_sampler_options, add_server_options, settings_from
 from engine.experiments.records import MAX_RUNS, MAX_SAMPLES
 from engine.records import GRAMMAR_STOP
@@ -35,7 +35,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=bounded_int(1, MAX_NEW_TOKENS), default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda, mps")
-    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     add_sampler_options(p)
 
 
@@ -68,7 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--model-b", default=None,
         help="model B (default: the same as A); with --server, its served name",
     )  # fmt: skip
-    lock.add_argument("--dtype-b", default=None, help="B's dtype (default: as --dtype)")
+    lock.add_argument(
+        "--dtype-b", default=None,
+        help="B's dtype (default: as --dtype); --dtype float32 --dtype-b int4: what 4 bits change",
+    )  # fmt: skip
     lock.add_argument(
         "--top-n", type=bounded_int(1, MAX_TOP_N), default=10, help="candidates compared per step"
     )

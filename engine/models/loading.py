@@ -29,6 +29,7 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<
 _GENERATIVE_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "Seq2SeqLM")
 
 DTYPES = ("float32", "bfloat16", "float16")
+QUANT_KINDS = ("int8", "int4")  # weights quantised on load for the CPU kernels (engine.quant)
 
 
 @dataclass
@@ -55,7 +56,8 @@ class ModelBundle:
 
     @property
     def dtype_name(self) -> str:
-        return str(self.dtype).removeprefix("torch.")
+        """float32, bfloat16, float16, or int8 / int4 for a quantised model."""
+        return self.extra.get("quant") or str(self.dtype).removeprefix("torch.")
 
     def describe(self) -> str:
         return f"{self.name} · {self.kind} · {self.device.type} · {self.dtype_name}"
@@ -102,8 +104,11 @@ def pick_dtype(device: torch.device, dtype: str | torch.dtype = "auto") -> torch
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype != "auto":
+        if dtype in QUANT_KINDS:  # loaded in float32, then quantised (quantise_bundle)
+            return torch.float32
         if dtype not in DTYPES:
-            raise ModelLoadError(f"Unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}.")
+            names = ", ".join(DTYPES + QUANT_KINDS)
+            raise ModelLoadError(f"Unknown dtype {dtype!r}: choose one of {names}.")
         return getattr(torch, dtype)
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -198,6 +203,8 @@ def load_model(
     source = str(source)
     dev = pick_device(device)
     torch_dtype = pick_dtype(dev, dtype)
+    if dtype in QUANT_KINDS and dev.type != "cpu":
+        raise ModelLoadError(f"{dtype} weights run on the CPU kernels only: choose --device cpu.")
     path = Path(source).expanduser()
     location = _location(source, path, torch_dtype, say)
     kwargs: dict[str, Any] = {}
@@ -231,7 +238,29 @@ def load_model(
     bundle = make_bundle(model, tokenizer, source=source, name=name, device=dev, dtype=torch_dtype)
     if path.is_file():
         bundle.extra["gguf"] = str(path)  # the benchmark runs llama.cpp on the same file
+    if dtype in QUANT_KINDS:
+        quantise_bundle(bundle, str(dtype), say)
     return bundle
+
+
+def quantise_bundle(bundle: ModelBundle, kind: str, say: Callable[[str], None]) -> None:
+    """The bundle's model to int8 or int4 weights (engine.quant), in place: a GGUF file's own
+    4-bit blocks where they fit the int4 kernel (cached), else rounded from the float weights."""
+    from engine.quant.apply import quantize_model
+    from engine.quant.gguf import quantise_gguf
+
+    gguf = bundle.extra.get("gguf")
+    try:
+        if gguf is not None:
+            folder = quant_cache_folder(Path(gguf), kind)
+            summary = quantise_gguf(bundle.model, Path(gguf), kind, folder, say)
+        else:
+            summary = quantize_model(bundle.model, kind, say=say)
+    except ValueError as exc:
+        raise ModelLoadError(f"Could not quantise {bundle.name} to {kind}: {exc}") from exc
+    bundle.dtype = next(bundle.model.parameters()).dtype
+    bundle.extra["quant"] = kind
+    bundle.extra["quant_summary"] = summary.describe()
 
 
 def make_bundle(
@@ -303,6 +332,15 @@ def _cache_is_complete(folder: Path) -> bool:
 def gguf_cache_folder(path: Path, dtype: torch.dtype) -> Path:
     key = f"{path.stem}-{file_digest(path)[:16]}-{str(dtype).removeprefix('torch.')}"
     return cache_root() / "converted" / key
+
+
+def quant_cache_folder(path: Path, kind: str) -> Path:
+    """Where ``path``'s int8 / int4 layers are kept: per CPU kernel layout and torch."""
+    import torch
+
+    where = torch.backends.cpu.get_cpu_capability().lower()
+    key = f"{path.stem}-{file_digest(path)[:16]}-{kind}-{where}-torch{torch.__version__}"
+    return cache_root() / "quantised" / key
 
 
 def converted_gguf(path: Path, dtype: torch.dtype, say: Callable[[str], None] = print) -> Path:
