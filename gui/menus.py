@@ -167,7 +167,8 @@ def build_actions(w: MainWindow) -> Actions:
     tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
     w.addToolBar(tb)
     # shown in the normal view only (the presentation view keeps the run's buttons)
-    w.normal_only_actions = [tb.addWidget(QLabel(" Model ")), tb.addWidget(acts.picker)]
+    w.normal_only_actions = [tb.addWidget(QLabel(" Model ")), tb.addWidget(acts.picker),
+                             tb.addWidget(acts.picker.weights)]  # fmt: skip
     w.normal_only_actions.append(tb.addSeparator())
     for a in (acts.generate, acts.stop, acts.step, acts.continue_, acts.undo, acts.clear):
         tb.addAction(a)

@@ -65,6 +65,7 @@ class ModelActions(QObject):
         host.method.load_draft_requested.connect(self._pick_draft)
         host.picker.source_chosen.connect(self.load_model)
         host.picker.served_requested.connect(self.open_served_dialog)
+        host.picker.weights.dtype_chosen.connect(self._reload_in)
 
     @Slot(str)
     def load_model(self, source: str) -> None:
@@ -90,8 +91,16 @@ class ModelActions(QObject):
                 url, model or None, KeySource(key_kind), **served_run_options(source)
             )
             return
-        h.status_text.setText(f"Loading {source}…")
-        h.runner.load(source)
+        dtype = h.picker.weights.dtype()
+        h.status_text.setText(f"Loading {source}{'' if dtype == 'auto' else ' in ' + dtype}…")
+        h.runner.load(source, dtype=dtype)
+
+    @Slot(str)
+    def _reload_in(self, _dtype: str) -> None:
+        """Weights changed in the toolbar: the current local model again, in them."""
+        key = self.bundle.source_key if self.bundle is not None else None
+        if key and parse_served(key) is None:
+            self.load_model(key)
 
     @Slot()
     def open_served_dialog(self) -> None:

@@ -98,6 +98,7 @@ class Persistence:
         s.beginGroup("models")
         s.setValue("last", h.bundle.source_key if h.bundle else "")
         s.setValue("recents", json.dumps(h.picker.recents))
+        s.setValue("dtype", h.picker.weights.dtype())
         s.endGroup()
         s.beginGroup("prompt")
         s.setValue("text", h.prompt.toPlainText())
@@ -129,6 +130,7 @@ class Persistence:
         s.beginGroup("models")
         initial = check.text(s.value("last"), DEFAULT_MODEL) or DEFAULT_MODEL
         h.picker.recents = check.text_list(s.value("recents"), MAX_RECENTS)
+        h.picker.weights.select(check.text(s.value("dtype"), "auto"))
         s.endGroup()
         s.beginGroup("prompt")
         h.prompt.setPlainText(check.text(s.value("text"), ""))

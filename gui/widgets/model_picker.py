@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QWidget
+from PySide6.QtWidgets import QComboBox, QFileDialog, QInputDialog, QWidget
 
 from engine.models.catalog import BUNDLED
 from gui.widgets.fitting import ElidedCombo
@@ -12,6 +12,38 @@ from gui.widgets.served_dialog import parse_served, served_title
 OPEN_FOLDER, OPEN_GGUF, OPEN_HUB = "action:folder", "action:gguf", "action:hub"
 OPEN_SERVED = "action:served"
 MAX_RECENTS = 8
+
+# the weights a model is loaded with: (value given to the engine as its dtype, label, tooltip)
+WEIGHTS = (
+    ("auto", "Auto", "float32 on the CPU, bfloat16 or float16 on a GPU"),
+    ("float32", "float32", "32-bit weights: the reference"),
+    ("bfloat16", "bfloat16", "16-bit weights: half the bytes read per token"),
+    ("int8", "int8 (CPU)", "8-bit integer weights, one scale per row (CPU kernels)"),
+    ("int4", "int4 (CPU)", "4-bit integer weights in groups of 32; a GGUF's own 4-bit blocks"),
+)
+
+
+class WeightsChoice(QComboBox):
+    """The weights the next model loads with; ``dtype_chosen`` when the user changes it."""
+
+    dtype_chosen = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("weights_choice")
+        self.setToolTip("The weights a model is loaded with: int8 and int4 run on the CPU")
+        for value, label, tip in WEIGHTS:
+            self.addItem(label, value)
+            self.setItemData(self.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        self.activated.connect(lambda _i: self.dtype_chosen.emit(self.dtype()))
+
+    def dtype(self) -> str:
+        return str(self.currentData())
+
+    def select(self, value: str) -> None:
+        """Show ``value`` without emitting (a restored setting; unknown values: Auto)."""
+        index = self.findData(value)
+        self.setCurrentIndex(index if index >= 0 else 0)
 
 
 class ModelPicker(ElidedCombo):
@@ -27,6 +59,7 @@ class ModelPicker(ElidedCombo):
         self.setToolTip("Pick a bundled model, a recent one, or open another.")
         self.recents: list[str] = []
         self.current_key: str | None = None
+        self.weights = WeightsChoice(parent)  # the toolbar shows it beside the picker
         self.activated.connect(self._picked)
         self.fill()
 
