@@ -12,6 +12,14 @@ from engine.quant.formats import COMPUTE, INT4, INT8, ROW_BLOCK
 from engine.step.kernels import mm
 
 
+def _aligned(t: Tensor) -> Tensor:
+    """``t`` on a 64-byte boundary, copied if it is not: the int8 kernel reads weights and
+    scales with aligned vector loads, and a tensor read from a file (safetensors keeps 8-byte
+    offsets) can start anywhere; a misaligned one crashes the process."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 64 == 0 else t.clone()
+
+
 class QuantLinear(nn.Module):
     """``y = x @ W.T + b`` with W int8 per row (``qweight`` int8 [N, K], ``scales`` [N]) or
     int4 in groups (``qweight`` packed uint8 [N, K / 2], ``scales`` [K / G, N, 2]). The input
@@ -27,8 +35,8 @@ class QuantLinear(nn.Module):
         self.in_features = in_features
         self.out_features = qweight.shape[0]
         self.origin = origin
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("scales", scales)
+        self.register_buffer("qweight", _aligned(qweight))
+        self.register_buffer("scales", _aligned(scales))
         self.bias = None if bias is None else nn.Parameter(bias.to(COMPUTE), requires_grad=False)
         self._dequantised: Tensor | None = None
 
@@ -83,6 +91,9 @@ def fuse(mods: list[QuantLinear]) -> tuple[Tensor, Tensor] | None:
         return None
     if first.kind == INT4 and any(m.out_features % ROW_BLOCK for m in mods[:-1]):
         return None
+    starts = [sum(m.out_features for m in mods[:i]) for i in range(1, len(mods))]
+    if first.kind == INT8 and any(r * first.in_features % 64 or r * 2 % 64 for r in starts):
+        return None  # a layer's rows or scales would start off the int8 kernel's alignment
     w = torch.cat([m.qweight for m in mods])
     axis = 1 if first.kind == INT4 else 0  # int4 scales are [groups, N, 2]
     s = torch.cat([m.scales.contiguous() for m in mods], axis)

@@ -167,3 +167,18 @@ def test_quantising_twice_or_off_the_cpu_is_refused():
         quantize_model(model, "int4")
     with pytest.raises(ValueError, match="kind"):
         quantize_model(quant_sized("llama"), "int3")
+
+
+def test_int8_weights_off_the_kernel_alignment_are_copied_not_crashed_on():
+    # a tensor read from a file (safetensors keeps 8-byte offsets) can start anywhere
+    w = _weights(64, 128)
+    q, s = quantize_int8(w)
+    raw = torch.empty(q.numel() + 8, dtype=torch.int8)
+    raw[8:] = q.reshape(-1)
+    odd = raw[8:].view(64, 128)
+    assert odd.data_ptr() % 64 != 0
+    layer = QuantLinear(odd, s, None, 128)
+    assert layer.qweight.data_ptr() % 64 == 0
+    x = torch.randn(5, 128)
+    want = x.to(COMPUTE).float() @ dequantize_int8(q, s).t()
+    torch.testing.assert_close(layer(x).float(), want, rtol=RTOL, atol=ATOL)
