@@ -14,7 +14,12 @@ from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow
 
-from engine.classroom.lessons import ACTION_SAMPLE_STEP, ACTION_SWEEP, LessonStage
+from engine.classroom.lessons import (
+    ACTION_LOCKSTEP,
+    ACTION_SAMPLE_STEP,
+    ACTION_SWEEP,
+    LessonStage,
+)
 from engine.drivers.workbench import RunRequest
 from engine.models.catalog import DECODER_ONLY, list_bundled
 from gui import experiment_jobs as jobs
@@ -41,6 +46,7 @@ class ExperimentActions(QObject):
         self.latest: dict[str, Any] = {}  # what finished jobs returned, drawn on the next tick
         self.sampled: jobs.SampleResult | None = None  # "draw more" goes on from it
         self._sample_key: tuple[Any, ...] = ()  # what it sampled: the step, settings, model
+        self.lesson_model_b: str | None = None  # a lesson's lockstep stage: its model B
         self.lesson_sweep: tuple[str, tuple[float, ...]] | None = None  # a lesson stage's
         self._looks: tuple[int, bool, str] | None = None
         self._build_menu()
@@ -171,7 +177,11 @@ class ExperimentActions(QObject):
         """A lesson stage opened: an experiment stage sets the histogram's N or the sweep's
         values, picks its page and says in plain words what pressing its button shows."""
         self.lesson_sweep = stage.sweep if stage.action == ACTION_SWEEP else None
-        if stage.action == ACTION_SAMPLE_STEP:
+        lockstep = stage.action == ACTION_LOCKSTEP
+        self.lesson_model_b = str(stage.options.get("model_b")) if lockstep else None
+        if lockstep:
+            page = self.tabs.lockstep
+        elif stage.action == ACTION_SAMPLE_STEP:
             self.tabs.histogram.set_n(stage.samples)
             page = self.tabs.histogram
         elif stage.action == ACTION_SWEEP:
@@ -206,6 +216,8 @@ class ExperimentActions(QObject):
         recents = getattr(getattr(self.window, "picker", None), "recents", [])
         served = [(s, served_title(s)) for s in recents if parse_served(s)]  # Open served model…
         dialog = LockstepDialog(self.window, bundled, served)
+        if self.lesson_model_b is not None:  # a lesson's lockstep stage: its model B chosen
+            dialog.model.setCurrentIndex(max(0, dialog.model.findData(self.lesson_model_b)))
         if dialog.exec() != LockstepDialog.DialogCode.Accepted:
             return
         source, top_n = dialog.chosen()
@@ -240,7 +252,7 @@ class ExperimentActions(QObject):
             self.say("Lockstep refused: the two models use different tokenizers.")
             return
         self.tabs.lockstep.show_steps(
-            result.steps, result.summary, result.a, result.b, result.bounds
+            result.steps, result.summary, result.a, result.b, result.bounds, result.extra
         )
         self.say(f"Lockstep: {len(result.steps)} steps compared.")
 

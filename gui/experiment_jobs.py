@@ -11,6 +11,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.classroom.lessons import SAME_PRECISIONS
 from engine.drivers.workbench import STOP
 from engine.errors import TokenizerMismatchError
 from engine.records import MethodResult, Progress
@@ -63,6 +64,8 @@ class LockstepResult:
     b: str
     refusal: str = ""  # the tokenizers differ: this message, nothing else
     bounds: str = ""  # B is served and sent its top-N only: what is a bound (KL, B's prob.)
+    # more B's scoring the same text (float32 vs int8 vs int4): (name, steps, summary) each
+    extra: tuple[tuple[str, tuple[LockstepStep, ...], LockstepSummary | None], ...] = ()
 
 
 def _local(bundle: Any, what: str) -> Any:
@@ -131,26 +134,40 @@ def lockstep_job(
     bundle: Any, where: Where, settings: SamplerSettings, source_b: str, top_n: int,
     say: Any,
 ) -> Generator[Any, Any, LockstepResult]:  # fmt: skip
-    """Load B (``same-bf16``: A's own source in bfloat16), then A writes and B scores."""
+    """Load B (a ``SAME_PRECISIONS`` key: A's own source in other weights, one B per dtype),
+    then A writes and each B scores; A's seeded run writes the same text for every B."""
     from engine.experiments.lockstep import Lockstep
     from engine.models.catalog import open_model, parse_served
 
     _local(bundle, "Lockstep")
     if parse_served(source_b) is not None:  # B on a server: a recent of Open served model…
         return (yield from _served_lockstep(bundle, where, settings, source_b, top_n, say))
-    same = source_b == "same-bf16"
-    source = (bundle.source_key or bundle.source) if same else source_b
-    say(f"Loading model B: {source}{' in bfloat16' if same else ''}…")
-    b = open_model(source, device=bundle.device, dtype="bfloat16" if same else "auto")
-    b_name = f"{b.name} (bfloat16)" if same else b.name
-    try:
-        lock = Lockstep(session_for(bundle, where, settings), b.model, b.tokenizer, top_n=top_n)
-    except TokenizerMismatchError as exc:
-        return LockstepResult((), None, bundle.name, b_name, refusal=str(exc))
-    for step in lock.stream():
-        if (yield Progress(f"Lockstep: step {step.index + 1}, KL {step.kl:.3f}")) is STOP:
+    precisions = SAME_PRECISIONS.get(source_b)
+    source = (bundle.source_key or bundle.source) if precisions else source_b
+    a_name = f"{bundle.name} ({bundle.dtype_name})" if precisions else bundle.name
+    runs: list[tuple[str, tuple[LockstepStep, ...], LockstepSummary | None]] = []
+    for dtype in precisions or ("auto",):
+        say(f"Loading model B: {source}{'' if dtype == 'auto' else ' in ' + dtype}…")
+        device = "cpu" if dtype in ("int8", "int4") else bundle.device
+        b = open_model(source, device=device, dtype=dtype)
+        b_name = f"{b.name} ({b.dtype_name})" if precisions else b.name
+        try:
+            lock = Lockstep(session_for(bundle, where, settings), b.model, b.tokenizer,
+                            top_n=top_n)  # fmt: skip
+        except TokenizerMismatchError as exc:
+            return LockstepResult((), None, bundle.name, b_name, refusal=str(exc))
+        stopped = False
+        for step in lock.stream():
+            said = f"Lockstep ({b_name}): step {step.index + 1}, KL {step.kl:.3f}"
+            if (yield Progress(said)) is STOP:
+                stopped = True
+                break
+        runs.append((b_name, tuple(lock.steps), lock.summary()))
+        del b, lock  # one B in memory at a time
+        if stopped:
             break
-    return LockstepResult(tuple(lock.steps), lock.summary(), bundle.name, b_name)
+    (b_name, steps, summary), *more = runs
+    return LockstepResult(steps, summary, a_name, b_name, extra=tuple(more))
 
 
 def _served_lockstep(

@@ -4,7 +4,7 @@ stays on while a sweep varies one setting (``others_on``, ``only_setting``). No 
 
 from __future__ import annotations
 
-from engine.classroom.lessons import ACTION_SAMPLE_STEP, ACTION_SWEEP
+from engine.classroom.lessons import ACTION_LOCKSTEP, ACTION_SAMPLE_STEP, ACTION_SWEEP
 from engine.sampling.settings import SamplerSettings
 
 # The settings that switch a stage of the chain on; their defaults switch it off (a stage
@@ -42,6 +42,10 @@ def only_setting(settings: SamplerSettings, setting: str) -> SamplerSettings:
 
 
 EXPERIMENT_PRESS = {
+    ACTION_LOCKSTEP: (
+        "Press Compare two models… and OK: the model writes, and the same model with smaller "
+        "numbers (int8, int4) scores every step; where do their choices part?"
+    ),
     ACTION_SAMPLE_STEP: (
         "Press Sample N× (above the bars): the same step is drawn N times without moving on, "
         "and the counts appear beside its probabilities, with how far apart they are."

@@ -25,6 +25,11 @@ from engine.validate.yamlguard import compose_bounded
 
 # Per-stage options beside the sampler settings, with their defaults
 # (engine.drivers.workbench.RunRequest)
+# Model B of a lockstep as the lesson's own model in other weights: the dtypes each choice
+# loads (the window's lockstep dialog offers the same choices).
+SAME_QUANT = "same-quant"
+SAME_PRECISIONS = {"same-bf16": ("bfloat16",), "same-int8": ("int8",), "same-int4": ("int4",),
+                   SAME_QUANT: ("int8", "int4")}  # fmt: skip
 OPTION_DEFAULTS: dict[str, Any] = {
     "num_beams": 4,  # beam search width
     "gamma": 5,  # speculative: tokens drafted per round
@@ -36,6 +41,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "sweep_values": (),  # and its values, in order (action sweep needs some)
     "tree_file": None,  # action tree: a decoding-lab-tree/1 file, relative to resources/
     "text": None,  # action score: the text the model reads, after the stage's prompt
+    "model_b": SAME_QUANT,  # action lockstep: who scores the lesson model's text
     # Inside the step (focus: inside): the token shown after the run (1 = the first new one),
     # the page, the attention view with its layer and head; the output pane's colours
     "inside_step": None,
@@ -49,7 +55,7 @@ INSIDE_PAGES = ("lens", "attention", "logit attribution", "inputs")  # the Insid
 ATTENTION_VIEWS = ("rollout", "mean", "head")
 COLOURS = ("rank", "probability", "decision")
 _CHOICE_OPTIONS = {"inside_page": INSIDE_PAGES, "attention_view": ATTENTION_VIEWS,
-                   "colour": COLOURS}  # fmt: skip
+                   "colour": COLOURS, "model_b": tuple(SAME_PRECISIONS)}  # fmt: skip
 MAX_SAMPLES, MAX_SWEEP_VALUES = 100_000, 12
 MAX_SCORE_CHARS = 2000  # action score: a paragraph for a class to read, not a book
 # name -> (minimum, maximum): the maxima are engine.validate.limits', named in the message

@@ -23,6 +23,8 @@ import yaml
 from engine.classroom.lesson_files import RESOURCES_DIR, LessonFileError, read_tree_file
 from engine.classroom.lesson_reader import (
     OPTION_DEFAULTS,
+    SAME_PRECISIONS,  # noqa: F401 - lockstep's model B choices, read by the GUI and experiments
+    SAME_QUANT,  # noqa: F401
     LessonError,
     Reader,
     compose,
@@ -51,10 +53,14 @@ FOCUSES = (FOCUS_DISTRIBUTION, FOCUS_ENTROPY, FOCUS_SPEED, FOCUS_BEAM_TREE, FOCU
 ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE = "generate", "step", "compare", "none"
 ACTION_SAMPLE_STEP, ACTION_SWEEP = "sample_step", "sweep"
 ACTION_TREE, ACTION_SCORE = "tree", "score"
+# Two models in lockstep: the lesson's model writes, ``options.model_b`` scores (default: its
+# own weights in int8 and in int4, SAME_QUANT).
+ACTION_LOCKSTEP = "lockstep"
 ACTIONS = (
     ACTION_GENERATE, ACTION_STEP, ACTION_COMPARE, ACTION_NONE, ACTION_SAMPLE_STEP, ACTION_SWEEP,
-    ACTION_TREE, ACTION_SCORE,
+    ACTION_TREE, ACTION_SCORE, ACTION_LOCKSTEP,
 )  # fmt: skip
+
 
 LESSON_KEYS = ("title", "model", "description", "stages")
 STAGE_KEYS = (

@@ -32,6 +32,8 @@ SWEEP_DEFAULTS: dict[str, str] = {
     "top_k": "1, 5, 20, 50, 0",
 }
 SAME_BF16 = "same-bf16"  # model B = model A in bfloat16
+SAME_INT8, SAME_INT4 = "same-int8", "same-int4"  # model B = model A's weights in int8 / int4
+SAME_QUANT = "same-quant"  # A against its own int8 and int4 weights, both at once
 OTHER = "other"
 
 
@@ -131,8 +133,9 @@ class RunsDialog(QDialog):
 
 
 class LockstepDialog(QDialog):
-    """Model B: model A in bfloat16, a bundled model, a served model (the recents of Open
-    served model…: B's top-N only, so KL is a lower bound), or any folder / .gguf / hub id."""
+    """Model B: model A in bfloat16, int8 or int4 (or int8 and int4 at once), a bundled model,
+    a served model (the recents of Open served model…: B's top-N only, so KL is a lower
+    bound), or any folder / .gguf / hub id."""
 
     def __init__(
         self, parent: QWidget | None, bundled: Sequence[tuple[str, str]],
@@ -143,6 +146,9 @@ class LockstepDialog(QDialog):
         self.model = QComboBox()
         self.model.setObjectName("lockstep_model")
         self.model.addItem("The same model in bfloat16", SAME_BF16)
+        self.model.addItem("The same model: float32 vs int8 vs int4 (CPU)", SAME_QUANT)
+        self.model.addItem("The same model in int8 (CPU)", SAME_INT8)
+        self.model.addItem("The same model in int4 (CPU)", SAME_INT4)
         for name, title in bundled:
             self.model.addItem(title, name)
         for source, title in served:  # its top-N only: the view says KL is a lower bound
@@ -170,6 +176,6 @@ class LockstepDialog(QDialog):
         )
 
     def chosen(self) -> tuple[str, int]:
-        """(B's source, or SAME_BF16; top-N)."""
+        """(B's source, or one of the SAME_ choices; top-N)."""
         data = str(self.model.currentData())
         return (self.other.text().strip() if data == OTHER else data), self.top_n.value()

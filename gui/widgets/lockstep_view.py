@@ -21,6 +21,7 @@ from gui.widgets.step_text import pct, short
 from gui.widgets.sweep_view import button_row, cell, note_label, plain_table
 
 KL_TITLE, KL_BOUND_TITLE = "KL divergence A→B, nats", "KL A→B (at least), nats"
+MORE_COLORS = ("#d55e00", "#009e73")  # Okabe-Ito vermilion and green: a second and third B
 COLUMNS = ("Step", "A wrote", "KL", "Jaccard", "Greedy", "A's top", "B's top")
 SHOWN_TOP, SHOWN_TOP_COMPACT = 2, 1  # per list in a table cell; the tooltip has all N
 COMPACT_HIDDEN = (3,)  # the Jaccard column: the presentation view keeps KL and the lists
@@ -54,6 +55,18 @@ def kl_text(s: LockstepStep) -> str:
     return f"{'≥' if s.kl_lower_bound else ''}{s.kl:.3f}"
 
 
+Extra = tuple[str, Sequence[LockstepStep], "LockstepSummary | None"]  # another B: name, steps
+
+
+def more_text(s: LockstepSummary, b: str, compact: bool = False) -> str:
+    """One more B against the same A, one line (its curves are the dashed ones)."""
+    name = "" if compact else f"<b>B</b> = {html.escape(b)} (dashed): "
+    return (
+        f"{name}mean KL <b>{s.mean_kl:.3f}</b> nats; top-N Jaccard <b>{s.mean_jaccard:.2f}"
+        f"</b>; greedy picks agree at <b>{s.greedy_agreement:.0%}</b> of the steps."
+    )
+
+
 class StepCurve(pg.PlotWidget):
     """One value per step, a one-line title (no key: one curve), the y range fitted to the
     data (``upper`` fixed for a bounded quantity such as Jaccard)."""
@@ -67,6 +80,10 @@ class StepCurve(pg.PlotWidget):
         self.setLabel("bottom", "step")
         self.curve = item.plot([], [], pen=pg.mkPen(color, width=2.5), symbol="o",
                                symbolSize=6, symbolBrush=color, symbolPen=None)  # fmt: skip
+        # more B's against the same A (float32 vs int8 vs int4): one dashed curve each
+        self.more = [item.plot([], [], pen=pg.mkPen(c, width=2.5, style=Qt.PenStyle.DashLine),
+                               symbol="t", symbolSize=6, symbolBrush=c, symbolPen=None)
+                     for c in MORE_COLORS]  # fmt: skip
         if upper is not None:  # a bounded quantity: three ticks say it
             item.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])
         self.set_theme(LIGHT)
@@ -82,10 +99,14 @@ class StepCurve(pg.PlotWidget):
         self.getPlotItem().titleLabel.setAttr("size", f"{points}pt")
         self.set_theme(self.theme)  # the title again, at the new size
 
-    def set_values(self, values: np.ndarray) -> None:
+    def set_values(self, values: np.ndarray, more: Sequence[np.ndarray] = ()) -> None:
         x = np.arange(1, len(values) + 1, dtype=float)
         self.curve.setData(x, values)
-        top = self.upper or max(1e-3, float(values.max(initial=0.0)) * 1.25)
+        for i, curve in enumerate(self.more):
+            ys = more[i] if i < len(more) else np.zeros(0)
+            curve.setData(np.arange(1, len(ys) + 1, dtype=float), ys)
+        peak = max([float(values.max(initial=0.0))] + [float(m.max(initial=0.0)) for m in more])
+        top = self.upper or max(1e-3, peak * 1.25)
         self.setYRange(0, top, padding=0)
         self.setXRange(0.5, max(2, len(values)) + 0.5, padding=0)
 
@@ -123,6 +144,7 @@ class LockstepView(QWidget):
         self.compact = False
         self.summary: tuple[LockstepSummary | None, str, str] = (None, "A", "B")
         self.bounds = ""  # B served: what is a bound
+        self.extra: tuple[Extra, ...] = ()
         layout = QVBoxLayout(self)
         layout.addLayout(button_row(self.run))
         layout.addWidget(self.info)
@@ -137,7 +159,7 @@ class LockstepView(QWidget):
         for column in COMPACT_HIDDEN:
             self.table.setColumnHidden(column, on)
         if self.steps:
-            self.show_steps(self.steps, *self.summary, self.bounds)
+            self.show_steps(self.steps, *self.summary, self.bounds, self.extra)
 
     def refuse(self, message: str) -> None:
         """One clear message; what was shown before stays."""
@@ -145,9 +167,13 @@ class LockstepView(QWidget):
         self.message.show()
 
     def show_steps(self, steps: Sequence[LockstepStep], summary: LockstepSummary | None,
-                   a: str = "A", b: str = "B", bounds: str = "") -> None:  # fmt: skip
-        """``bounds``: B is served and sent its top-N only; its KL values are lower bounds."""
+                   a: str = "A", b: str = "B", bounds: str = "",
+                   extra: Sequence[Extra] = ()) -> None:  # fmt: skip
+        """``bounds``: B is served and sent its top-N only; its KL values are lower bounds.
+        The table shows A against the first B; ``extra`` B's (the same text scored by the
+        same model in other weights) add a dashed curve each and a line to the summary."""
         self.message.hide()
+        self.extra = tuple(extra)
         self.steps = list(steps)
         self.table.setRowCount(len(steps))
         for r, s in enumerate(steps):
@@ -165,7 +191,15 @@ class LockstepView(QWidget):
         self.kl.set_theme(self.kl.theme)
         self.kl.set_values(np.array([s.kl for s in steps], dtype=float))
         self.jaccard.set_values(np.array([s.jaccard for s in steps], dtype=float))
+        kls = [np.array([s.kl for s in more], dtype=float) for _n, more, _s in self.extra]
+        jac = [np.array([s.jaccard for s in more], dtype=float) for _n, more, _s in self.extra]
+        self.kl.set_values(np.array([s.kl for s in steps], dtype=float), kls)
+        self.jaccard.set_values(np.array([s.jaccard for s in steps], dtype=float), jac)
         self.summary = (summary, a, b)
         self.bounds = bounds
         if summary is not None:
-            self.info.setText(summary_text(summary, a, b, self.compact, bounds))
+            text = summary_text(summary, a, b, self.compact, bounds)
+            for name, _more, s in self.extra:
+                if s is not None:
+                    text += "<br>" + more_text(s, name, self.compact)
+            self.info.setText(text)

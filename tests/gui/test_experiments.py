@@ -139,6 +139,29 @@ def test_lockstep_mismatch_is_one_message_and_nothing_is_lost(qtbot, ready, tmp_
     assert [s.token_id for s in w.store.steps] == [s.token_id for s in steps]
 
 
+def test_float32_vs_int8_vs_int4_is_one_lockstep_choice(qtbot, ready, tiny_dir):
+    """A's own weights in int8 and in int4 score the text A writes: the table and the solid
+    curves are int8's, the dashed ones int4's; each equals the engine's own lockstep."""
+    from engine.experiments.lockstep import Lockstep
+    from engine.models.loading import load_model
+
+    w = ready
+    view = w.plots.experiments.lockstep
+    run(qtbot, w, lambda: w.lab.lockstep("same-quant", 5))
+    wait_drawn(qtbot, lambda: len(view.steps) == 6 and len(view.extra) == 1)
+    name, int4_steps, int4_summary = view.extra[0]
+    assert "int4" in name and "int8" in view.info.text() and "int4" in view.info.text()
+    assert len(int4_steps) == 6 and len(view.kl.more[0].getData()[1]) == 6
+    settings = w.sampler.settings()
+    for kind, shown in (("int8", view.steps), ("int4", int4_steps)):
+        b = load_model(str(tiny_dir), device="cpu", dtype=kind)
+        lock = Lockstep(engine_session(w, settings), b.model, b.tokenizer, top_n=5)
+        want = list(lock.stream())
+        assert [s.token_id for s in shown] == [s.token_id for s in want]
+        assert [round(s.kl, 5) for s in shown] == [round(s.kl, 5) for s in want]
+    assert int4_summary.mean_kl > view.summary[0].mean_kl  # 4 bits move it further than 8
+
+
 def test_a_lesson_sample_stage_runs_as_the_engine_runs_it(qtbot, ready):
     """Lesson 09's first stage on the tiny model: the window sets N and the page, says what the
     class will see, and the histogram equals engine.experiments.lesson.run_stage's."""
@@ -154,6 +177,28 @@ def test_a_lesson_sample_stage_runs_as_the_engine_runs_it(qtbot, ready):
     wait_drawn(qtbot, lambda: view.sample is not None)
     expected = run_stage(stage, w.bundle)
     assert view.sample.rows == expected.rows and view.sample.tv == expected.tv
+
+
+def test_the_lockstep_lesson_stage_opens_its_page_and_chooses_model_b(qtbot, ready, monkeypatch):
+    """Lesson 14 on the tiny model: the stage opens the lockstep page, says what to press,
+    and the dialog comes up with the stage's model B chosen (float32 vs int8 vs int4)."""
+    from gui.widgets.experiment_dialogs import SAME_QUANT, LockstepDialog
+
+    w = ready
+    lesson = load_lesson(LESSONS / "14-smaller-numbers.yaml")
+    stage = replace(lesson.stages[0], model="", prompt=PROMPT, use_chat_template=False)
+    w.classroom.apply_stage(stage)
+    assert w.plots.experiments.currentWidget() is w.plots.experiments.lockstep
+    assert "int4" in w.status_text.text()
+    chosen = []
+
+    def accept(dialog):
+        chosen.append(dialog.model.currentData())
+        return LockstepDialog.DialogCode.Rejected
+
+    monkeypatch.setattr(LockstepDialog, "exec", accept)
+    w.lab.ask_lockstep()
+    assert chosen == [SAME_QUANT]
 
 
 def test_the_presentation_view_keeps_what_a_back_row_reads(qtbot, ready):
