@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--experiments", action="store_true",
         help="only the experiments: step sampler, grammar cost, fp32 vs bf16 lockstep (CPU)",
     )  # fmt: skip
+    bench.add_argument(
+        "--quant", action="store_true",
+        help="only the quantised rows: SmolLM2 and a Qwen2.5-0.5B shape in fp32/bf16/int8/int4",
+    )  # fmt: skip
     bench.add_argument("--tree-only", action="store_true", help="only the tree expansion part")
     bench.add_argument(
         "--internals", action="store_true",
@@ -62,6 +66,11 @@ def run(args: argparse.Namespace) -> int:
         figures["t5"] = t5_section(say, args.family_tokens)
         figures["static_cpu"] = static_cpu_section(say, new_tokens=args.family_tokens)
         return _written(figures, args.json)
+    if args.quant:
+        from engine.drivers.bench_quant import quant_section
+
+        figures["quant"] = quant_section(say, args.family_tokens * 2)
+        return _written(figures, args.json)
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
     if args.experiments:
         from engine.drivers.bench_experiments import experiments_section
@@ -79,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
     figures["engine"] = run_engine_bench(bundle, say, args.new_tokens)
     figures["families"] = family_section(say, args.family_tokens)
     figures["t5"] = t5_section(say, args.family_tokens)
+    from engine.drivers.bench_quant import quant_section
+
+    figures["quant"] = quant_section(say, args.family_tokens * 2)
     if not args.skip_gui and args.gui_bench is not None:
         figures.update(args.gui_bench(bundle, say, args))
     run_gpu_bench(say)

@@ -12,7 +12,7 @@ import torch
 
 from engine.models.device import timed
 from engine.step.fast_spec import Spec
-from engine.step.forward import linear
+from engine.step.kernels import mm
 
 
 def line(
@@ -64,6 +64,12 @@ def header(threads: int | None = None) -> str:
     )
 
 
+def _width(w: torch.Tensor, s: torch.Tensor) -> int:
+    """The input width K of a step's matrix as the model holds it (before oneDNN's packing):
+    float or int8 [N, K], int4 packed two to a byte [N, K / 2]."""
+    return w.shape[-1] * 2 if s.numel() and w.dtype == torch.uint8 else w.shape[-1]
+
+
 def matrix_products_alone(stepper: Any, rounds: int = 3) -> float | None:
     """Seconds per token of a fast-path stepper's matrix products alone (every layer's fused
     q/k/v, output, up and down products and the head, with the stepper's own weights and
@@ -75,14 +81,15 @@ def matrix_products_alone(stepper: Any, rounds: int = 3) -> float | None:
         return None
     weights = [layer[s] for layer in layers for s in Spec.MATRIX_SLOTS] + [head]
     plain = [layer[s] for layer in spec.layers for s in Spec.MATRIX_SLOTS] + [spec.lm_head]
-    inputs = [torch.randn(1, w.shape[-1], dtype=stepper.dtype, device=stepper.device)
-              for w in plain]  # fmt: skip
+    scales = [layer[s] for layer in spec.layers for s in Spec.SCALE_SLOTS] + [spec.lm_head_s]
+    inputs = [torch.randn(1, _width(w, s), device=stepper.device).to(stepper.dtype)
+              for w, s in zip(plain, scales, strict=True)]  # fmt: skip
     onednn = bool(getattr(stepper, "onednn", False))
 
     def once() -> None:
         with torch.inference_mode():
-            for x, w in zip(inputs, weights, strict=True):
-                linear(x, w, onednn)
+            for x, w, s in zip(inputs, weights, scales, strict=True):
+                mm(x, w, s, onednn)
 
     once()
     return min(timed(stepper.device, once)[1] for _ in range(rounds))

@@ -1,0 +1,140 @@
+"""11. Quantised weights (engine.quant), side by side in one run: SmolLM2-135M in float32,
+bfloat16, int8 and int4 (its GGUF file's own Q4_1 blocks), and a Qwen2.5-0.5B-shaped model
+(random weights) in the same four; each row's rate, its ratio to float32, the weight bytes
+read per token and their share of the machine's measured copy bandwidth, and the step's
+matrix products alone beside the whole token. llama-cpp-python on the same GGUF where it is
+installed.
+
+Copy bandwidth is measured as STREAM's "copy" counts it: bytes read plus bytes written per
+second, copying 512 MB. Decode reads its weights once per token and writes next to nothing,
+so "weights per token x tokens per second" over that figure is the share of the memory
+system a token uses (1.0 would be every byte the machine can move)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from engine.decode.session import GenerationSession
+from engine.drivers.bench_common import matrix_products_alone
+from engine.drivers.bench_families import family_model
+from engine.drivers.bench_llama_cpp import llama_cpp_in_subprocess
+from engine.models.device import timed
+from engine.quant.apply import quantize_model
+from engine.quant.linear import QuantLinear
+from engine.sampling.settings import SamplerSettings
+
+KINDS = ("float32", "bfloat16", "int8", "int4")
+PROMPT = "Write a short poem about the sea."
+
+
+def copy_bandwidth(mbytes: int = 512, reps: int = 6) -> float:
+    """Bytes read + written per second copying ``mbytes`` MB (best of ``reps``)."""
+    src = torch.ones(mbytes * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = min(timed(src.device, lambda: dst.copy_(src))[1] for _ in range(reps))
+    return 2 * src.numel() * 4 / best
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights read per token: every parameter and quantised layer once, except an
+    input embedding of its own (a token reads one row of it)."""
+    emb = model.get_input_embeddings().weight
+    out = model.get_output_embeddings()
+    tied = not isinstance(out, QuantLinear) and out.weight is emb
+    quant = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    counted = {id(m.bias) for m in quant if m.bias is not None}  # in nbytes already
+    total = sum(m.nbytes() for m in quant)
+    for p in model.parameters():
+        if (p is emb and not tied) or id(p) in counted:
+            continue
+        total += p.numel() * p.element_size()
+    return total
+
+
+def _rate(model: torch.nn.Module, ids: list[int], n: int) -> tuple[float, Any]:
+    """Our fast path, greedy with the top-20 per step, after a warm-up session (TorchScript
+    specialises the step on the first calls with each kind of weight)."""
+    settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
+
+    def session() -> GenerationSession:
+        return GenerationSession(model, ids, settings, eos_token_ids=[], top_n=20, fast=True)
+
+    list(session().stream(24))
+    s = session()
+    _, secs = timed(torch.device("cpu"), lambda: list(s.stream()))
+    return n / secs, s.stepper
+
+
+def _rows(
+    models: dict[str, torch.nn.Module], ids: list[int], n: int, copy_bw: float,
+    say: Callable[[str], None], title: str,
+) -> dict[str, Any]:  # fmt: skip
+    """Each model's rate, alternated over two rounds (a load spike falls on all alike)."""
+    best: dict[str, float] = dict.fromkeys(models, 0.0)
+    steppers: dict[str, Any] = {}
+    for _ in range(2):
+        for kind, model in models.items():
+            rate, steppers[kind] = _rate(model, ids, n)
+            best[kind] = max(best[kind], rate)
+    base = best.get("float32") or float("nan")
+    out: dict[str, Any] = {}
+    for kind, model in models.items():
+        need = weight_bytes(model)
+        share = best[kind] * need / copy_bw
+        floor = matrix_products_alone(steppers[kind])
+        products = f"{floor * 1e3:6.1f}" if floor is not None else "     ?"
+        say(f"   {title} {kind:<8} {best[kind]:7.1f} tok/s {best[kind] / base:5.2f}x fp32   "
+            f"weights/token {need / 1e6:6.1f} MB  {best[kind] * need / 1e9:5.1f} GB/s "
+            f"= {share:.2f} of copy   token {1e3 / best[kind]:6.1f} ms, "
+            f"matrix products alone {products} ms")  # fmt: skip
+        out[kind] = dict(tok_s=best[kind], vs_fp32=best[kind] / base, weight_mb=need / 1e6,
+                         copy_share=share, token_ms=1e3 / best[kind],
+                         matmul_ms=None if floor is None else floor * 1e3)  # fmt: skip
+    return out
+
+
+def _smollm2(kind: str) -> Any:
+    from engine.models.catalog import open_model
+
+    return open_model("smollm2-135m", device="cpu", dtype=kind, progress=lambda _m: None)
+
+
+def quant_section(say: Callable[[str], None], new_tokens: int = 64) -> dict[str, Any]:
+    """11. The rows above, SmolLM2 first, then the Qwen2.5-0.5B shape."""
+    copy_bw = copy_bandwidth()
+    say(f"11. quantised weights: copy bandwidth {copy_bw / 1e9:.1f} GB/s (read + write), "
+        f"{new_tokens} new tokens, greedy, top-20 per step")  # fmt: skip
+    bundles = {kind: _smollm2(kind) for kind in KINDS}
+    say(f"   SmolLM2 int4: {bundles['int4'].extra.get('quant_summary')}")
+    ids = bundles["float32"].encode_prompt(PROMPT)
+    out: dict[str, Any] = {"copy_gbs": copy_bw / 1e9}
+    out["smollm2"] = _rows({k: b.model for k, b in bundles.items()}, ids, new_tokens,
+                           copy_bw, say, "SmolLM2-135M")  # fmt: skip
+    gguf = bundles["float32"].extra.get("gguf")
+    if gguf:
+        llama = llama_cpp_in_subprocess(gguf, ids, new_tokens, say)
+        if llama is not None:
+            ours = out["smollm2"]["int4"]["tok_s"]
+            for key, label in (("plain", "no probabilities"), ("logprobs20", "logprobs=20")):
+                say(f"   llama-cpp-python Q4_1, {label}: {llama[key]:.1f} tok/s; our int4 "
+                    f"{ours / llama[key]:.2f}x")  # fmt: skip
+            out["llama_cpp"] = llama
+    del bundles
+    gc.collect()
+    qwen: dict[str, torch.nn.Module] = {}
+    for kind in KINDS:
+        model = family_model(
+            "Qwen2.5-0.5B", torch.bfloat16 if kind == "bfloat16" else torch.float32
+        )
+        if kind in ("int8", "int4"):
+            quantize_model(model, kind)
+        qwen[kind] = model
+    qwen_ids = [(7 * i + 3) % 1000 + 100 for i in range(len(ids))]
+    out["qwen2.5-0.5b"] = _rows(qwen, qwen_ids, max(16, new_tokens // 2), copy_bw, say,
+                                "Qwen2.5-0.5B shape")  # fmt: skip
+    return out
