@@ -71,22 +71,38 @@ def test_matrix_products_alone_times_the_steppers_own_products():
 
     stepper = FastStepper(tiny_llama())
     calls = []
-    real = bench_common.linear
+    real = bench_common.mm
 
-    def counting(x, w, onednn):
+    def counting(x, w, s, onednn):
         calls.append((tuple(x.shape), tuple(w.shape) if w.dim() == 2 else None))
-        return real(x, w, onednn)
+        return real(x, w, s, onednn)
 
-    bench_common.linear = counting
+    bench_common.mm = counting
     try:
         secs = bench.matrix_products_alone(stepper, rounds=2)
     finally:
-        bench_common.linear = real
+        bench_common.mm = real
     per_token = 4 * len(stepper.layers) + 1  # qkv, o, up, down per layer, and the head
     assert secs is not None and secs > 0
     assert len(calls) == 3 * per_token  # a warm-up and two rounds
     assert all(x[0] == 1 for x, _ in calls)
     assert bench.matrix_products_alone(object()) is None
+
+
+def test_matrix_products_alone_takes_int8_and_int4_steppers():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.quant.apply import quantize_model
+    from engine.step.fastpath import FastStepper
+
+    cfg = LlamaConfig(
+        vocab_size=384, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    for kind in ("int8", "int4"):
+        model = LlamaForCausalLM(cfg).eval()
+        quantize_model(model, kind)
+        assert bench.matrix_products_alone(FastStepper(model), rounds=1) > 0
 
 
 def test_family_section_prints_the_ratio_the_tokens_check_and_the_floor(monkeypatch):
