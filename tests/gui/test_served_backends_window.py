@@ -10,7 +10,7 @@ not test_served_window.py: tests/remote has one, and pytest needs the base names
 from __future__ import annotations
 
 import pytest
-from conftest import run
+from conftest import load, run
 from served_fakes import fake_bundle
 
 from engine.models.catalog import served_source
@@ -100,8 +100,6 @@ def test_a_served_model_b_in_lockstep_says_its_kl_is_a_lower_bound(
     """Experiments > Two models in lockstep… offers the served recents as model B; B (the same
     weights as A, on a replayed llama-server) is asked for its top-N at each of A's prefixes:
     KL ~ 0 and read as '≥', Jaccard 1, greedy agreement 100%, the bound said in the view."""
-    from conftest import load
-
     from gui.widgets.experiment_dialogs import LockstepDialog
 
     load(qtbot, window, tiny_dir)
