@@ -123,9 +123,6 @@ def window_seen(
     return (counts > 0)[None]
 
 
-_NO_IDS = torch.zeros((1, 0), dtype=torch.bool)
-
-
 def token_stats(
     plan: FusedPlan,
     logits: torch.Tensor,
@@ -141,7 +138,8 @@ def token_stats(
     the token [1] long, with its packed row written into ``out`` [width] float64. The
     generator must already hold the step's seed (``engine.decode.session.step_seed``)."""
     report = ChainReport()
-    ids = seen if seen is not None else _NO_IDS.to(logits.device)
+    # no host tensor moves to the device in here: a CUDA graph may be capturing
+    ids = seen if seen is not None else torch.zeros((1, 0), dtype=torch.bool, device=logits.device)
     scores, cut = apply_chain(plan.stages, ids, logits, track=True, report=report)
     probs = F.softmax(scores, dim=-1)  # [1, vocab]
     token = pick(probs[0], plan.greedy, generator)  # [1]
