@@ -23,10 +23,10 @@ PENALISED = SamplerSettings(
 MODEL = tiny_llama(0)
 
 
-def pair(settings, fast=True, **options):
+def pair(settings, fast=True, model=MODEL, **options):
     common = dict(tokenizer=TOK, top_n=20, seed=11, fast=fast, **options)
-    today = GenerationSession(MODEL, PROMPT, settings, **common)
-    piped = PipelinedSession(MODEL, PROMPT, settings, pipeline=True, **common)
+    today = GenerationSession(model, PROMPT, settings, **common)
+    piped = PipelinedSession(model, PROMPT, settings, pipeline=True, **common)
     return today, piped
 
 
@@ -103,7 +103,11 @@ def _changed_after(session, n, settings, budget):
 
 @pytest.mark.parametrize("settings", [GREEDY, SEEDED, PENALISED], ids=["greedy", "seeded", "pen"])
 def test_settings_stop_branch_and_undo_in_the_middle_land_exactly(settings):
-    today, piped = pair(settings)
+    choices_in_the_middle(*pair(settings), settings)
+
+
+def choices_in_the_middle(today, piped, settings):
+    """Stop, new settings, a branch, undo and redo between tokens, on both sessions."""
     both(today, piped, lambda s: _stopped_after(s, 5))  # Stop with a token launched ahead
     assert piped.discarded == 1 and piped.stop_reason == "stopped"
     new = settings.with_(temperature=0.5, top_k=12, repetition_penalty=1.2)
