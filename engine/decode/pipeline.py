@@ -215,6 +215,7 @@ class PipelinedSession(GenerationSession):
 
     # -- one token on the device ----------------------------------------------------------------
 
+    @torch.inference_mode()
     def _launch(self, plan: FusedPlan, prev: Slot | None) -> Slot:
         """Launch the token after the host's ids (``prev`` None) or after ``prev``, whose token
         is still only on the device; nothing here waits for the device."""
@@ -224,8 +225,9 @@ class PipelinedSession(GenerationSession):
             forced, self._forced = self._forced, None
         index = len(self.history) if prev is None else prev.index + 1
         position = self.prompt_length + index  # where the token goes in the ids
-        self._generator.manual_seed(step_seed(self.seed, index))
-        launched = self._launch_graph(plan, prev, forced)
+        seed = step_seed(self.seed, index)
+        self._generator.manual_seed(seed)
+        launched = self._launch_graph(plan, prev, forced, seed)
         if launched is None:
             launched = self._launch_eager(plan, prev, forced, position)
         token, row, fed, vocab = launched
@@ -253,7 +255,7 @@ class PipelinedSession(GenerationSession):
         return token, row, source.fed, vocab
 
     def _launch_graph(
-        self, plan: FusedPlan, prev: Slot | None, forced: int | None
+        self, plan: FusedPlan, prev: Slot | None, forced: int | None, seed: int
     ) -> tuple[torch.Tensor, RowBuffer, int, int] | None:
         """The whole token replayed from one graph (CUDA, ``token_graph.TokenGraph``); None
         where there is none or it cannot take this token (a cache to fill or grow first)."""
@@ -270,14 +272,13 @@ class PipelinedSession(GenerationSession):
             fed, position = prev.token, prev.position
         if not graph.fits(position):
             return None
-        vocab = self.vocab_size
-        got = graph.launch(plan, fed, position, list(self.ids), forced, vocab)
+        got = graph.launch(plan, fed, position, list(self.ids), forced, seed)
         if got is None:
             return None
         token, out = got
-        row = self._row(plan.width(vocab))
+        row = self._row(plan.width(graph.vocab))
         row.out.copy_(out)
-        return token, row, 1, vocab
+        return token, row, 1, graph.vocab
 
     def _logits_after(self, prev: Slot) -> StepLogits:
         """The logits after ``prev``'s token, fed from the device where the stepper can take

@@ -61,14 +61,23 @@ class TokenGraph:
     """One token replayed from a graph: forward, chain, pick, numbers. ``launch`` returns the
     token ([1] long) and its packed row ([width] float64), both copies owned by the caller."""
 
-    def __init__(self, stepper: StaticStepper, generator: torch.Generator) -> None:
+    def __init__(
+        self, stepper: StaticStepper, generator: torch.Generator, capture: bool = True
+    ) -> None:
         self.stepper = stepper
+        self.capture = capture
+        self.vocab = int(stepper.spec.lm_head.shape[0])
         self.generator = generator
         self.device = stepper.device
         self.broken: str | None = None  # why this session stopped using the graph
+        self.captures = 0
+        self.launches = 0  # tokens it ran
         self._key: tuple | None = None
+        self._out: Any = None  # the graph's own buffers: the packed row, the token,
+        self._token: Any = None  # and the run's ids (the penalty's window)
+        self._ids: Any = None
+        self._fn: Any = None
         self._graph: Any = None
-        self._out = self._token = self._ids = None  # the graph's own buffers
         self._length = torch.zeros(1, dtype=torch.long, device=self.device)
         self._forced = torch.full((1,), -1, dtype=torch.long, device=self.device)
         self.mirror: list[int] = []  # what ``_ids`` holds, as the host knows it (PENDING)
@@ -89,9 +98,14 @@ class TokenGraph:
             s._ids.fill_(fed)
         s._pos.fill_(position)
         self._length.fill_(position + 1)
+        need = s.cache.capacity + 1  # a new capacity captures again, with this buffer
+        if self._ids is None or self._ids.shape[0] < need:
+            self._ids = torch.zeros(need, dtype=torch.long, device=self.device)
+            self.mirror = []
         keep = common_prefix(self.mirror, known)
         if keep < len(known):  # after a rewind or a host launch: copied from pinned memory
-            new = torch.tensor(known[keep:], dtype=torch.long).pin_memory()
+            new = torch.tensor(known[keep:], dtype=torch.long)
+            new = new.pin_memory() if self.device.type == "cuda" else new
             self._ids[keep : len(known)].copy_(new, non_blocking=True)
         self.mirror = list(known)
         if isinstance(fed, torch.Tensor):
@@ -109,29 +123,40 @@ class TokenGraph:
         token = token_stats(plan, logits, finite, seen, self.generator, self._forced, self._out)
         self._token.copy_(token)
 
-    def _capture(self, plan: FusedPlan, vocab: int) -> None:
+    def _prepare(self, plan: FusedPlan, vocab: int, key: tuple) -> bool:
+        """The graph's buffers for ``plan``, and its capture (``capture`` off: the same body
+        runs eagerly, which is how a machine without CUDA checks it). False when capture
+        failed (``broken`` says why)."""
         s = self.stepper
-        capacity = s.cache.capacity
-        fn = s._step_fn(capacity)
+        self._fn = s._step_fn(s.cache.capacity) if self.capture else None
         self._out = torch.zeros(plan.width(vocab), dtype=torch.float64, device=self.device)
         self._token = torch.zeros(1, dtype=torch.long, device=self.device)
-        if self._ids is None or self._ids.shape[0] < capacity + 1:
-            self._ids = torch.zeros(capacity + 1, dtype=torch.long, device=self.device)
-            self.mirror = []
+        if self.capture:
+            try:
+                self._capture(plan)
+            except Exception as exc:  # noqa: BLE001 - the graph is an optimisation
+                self.broken = f"whole-token graph not captured: {exc}"
+                log.info(self.broken)
+                return False
+        self._key = key
+        return True
+
+    def _capture(self, plan: FusedPlan) -> None:
         side = torch.cuda.Stream(device=self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # warm-up off the capture (as StaticStepper._capture)
             for _ in range(2):
-                self._body(plan, fn)
+                self._body(plan, self._fn)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        if not plan.greedy:
+        if not plan.greedy:  # the seed set before a replay reaches the captured draw
             graph.register_generator_state(self.generator)
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            self._body(plan, fn)
-        s.captures += 1
-        self._graph, self._key = graph, (capacity, plan.key)
+            self._body(plan, self._fn)
+        self.captures += 1
+        self._graph = graph
 
+    @torch.inference_mode()
     def launch(
         self,
         plan: FusedPlan,
@@ -139,21 +164,22 @@ class TokenGraph:
         position: int,
         known: list[int],
         forced: int | None,
-        vocab: int,
+        seed: int,
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The token after ``fed`` at ``position`` (the host's ids ``known``; ``fed`` their last,
-        or a device tensor after them); the generator already seeded for the step. None when
-        the graph cannot be used (``broken`` says why)."""
+        or a device tensor after them), drawn with the step's ``seed``: the token [1] and its
+        packed row, copies the caller owns. None when the graph cannot be used (``broken``)."""
         self._inputs(fed, position, known)
         self._forced.fill_(-1 if forced is None else forced)
-        if self._key != (self.stepper.cache.capacity, plan.key):
-            try:
-                self._capture(plan, vocab)
-            except Exception as exc:  # noqa: BLE001 - the graph is an optimisation
-                self.broken = f"whole-token graph not captured: {exc}"
-                log.info(self.broken)
-                return None
-        self._graph.replay()
+        key = (self.stepper.cache.capacity, plan.key)
+        if self._key != key and not self._prepare(plan, self.vocab, key):
+            return None
+        self.generator.manual_seed(seed)  # after any capture: its warm-up drew from it
+        if self.capture:
+            self._graph.replay()
+        else:
+            self._body(plan, self._fn)
+        self.launches += 1
         self.stepper.forward_passes += 1
         self.stepper.cache.extend([PENDING if isinstance(fed, torch.Tensor) else fed])
         return self._token.clone(), self._out.clone()
