@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--internals", action="store_true",
         help="only inside the step: the decision strip, one step's views, decode before/after",
     )  # fmt: skip
+    bench.add_argument(
+        "--pipeline", action="store_true",
+        help="only the pipelined session vs today's (CPU; the GPU rows where CUDA is)",
+    )  # fmt: skip
     bench.add_argument("--json", default=None, help="also write the figures to this file")
     bench.set_defaults(func=run)
     return bench
@@ -72,6 +76,12 @@ def run(args: argparse.Namespace) -> int:
         figures["quant"] = quant_section(say, args.family_tokens * 2)
         return _written(figures, args.json)
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
+    if args.pipeline:
+        from engine.drivers.bench_pipeline import cpu_pipeline_section, gpu_pipeline_section
+
+        figures["pipeline_cpu"] = cpu_pipeline_section(bundle, say, args.new_tokens)
+        figures["pipeline_gpu"] = gpu_pipeline_section(say, args.new_tokens)
+        return _written(figures, args.json)
     if args.experiments:
         from engine.drivers.bench_experiments import experiments_section
 

@@ -194,8 +194,8 @@ class PipelinedSession(GenerationSession):
             self._discard()
 
     def _advance(self, room: int) -> Iterator[Record]:
-        plan = self.plan()
-        if not self.pipeline or isinstance(plan, str):
+        plan = self.plan() if self.pipeline else "off"
+        if isinstance(plan, str):
             self._discard()
             yield from super()._advance(room)
             return

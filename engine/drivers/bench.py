@@ -231,11 +231,15 @@ def run_engine_bench(
 
 
 def run_gpu_bench(say: Callable[[str], None]) -> None:
-    """The GPU part: the captured step at SmolLM2-135M's shape and the families, then the
-    engine bench on the real SmolLM2-135M where it is installed."""
+    """The GPU part: the captured step at SmolLM2-135M's shape and the families, the
+    pipelined session (section 11), then the engine bench on the real SmolLM2-135M where it
+    is installed."""
     if gpu_section(say) is None:
         return
+    from engine.drivers.bench_pipeline import gpu_pipeline_section
     from engine.models.catalog import open_model
+
+    gpu_pipeline_section(say)
 
     try:
         bundle = open_model("smollm2-135m", device="cuda", dtype="bfloat16")
