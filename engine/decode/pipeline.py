@@ -113,6 +113,7 @@ class Slot:
     penalties: bool  # the row carries the penalty blocks
     fed: int  # positions its forward pass read
     how: str  # "greedy", "sample" or "forced"
+    plan: FusedPlan  # the chain it ran
     started: float  # perf_counter at its launch (its clock starts then, or at the last record)
 
 
@@ -205,6 +206,10 @@ class PipelinedSession(GenerationSession):
             slot = self._launch(plan, None)
         else:
             slot, self._ahead = self._ahead, None
+            if slot.plan is not plan:  # the chain was swapped without the settings setter
+                self._ahead = slot
+                self._discard()
+                slot = self._launch(plan, None)
         if room > 1 and (self.max_context is None or len(self.ids) + 1 < self.max_context):
             self._ahead = self._launch(plan, slot)
             self.launched_ahead += 1
@@ -234,7 +239,7 @@ class PipelinedSession(GenerationSession):
         row.send()
         how = "forced" if forced is not None else "greedy" if plan.greedy else "sample"
         n = min(plan.top_n, vocab)
-        return Slot(index, position, token, row, n, plan.penalties, fed, how, started)
+        return Slot(index, position, token, row, n, plan.penalties, fed, how, plan, started)
 
     def _launch_eager(
         self, plan: FusedPlan, prev: Slot | None, forced: int | None, position: int

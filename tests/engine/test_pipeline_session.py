@@ -179,3 +179,21 @@ def test_the_device_ids_grow_and_copy_only_what_changed():
     ids.sync([*run[:300], 3])
     assert ids.buf[:10].tolist() == [-5] * 10 and int(ids.buf[300]) == 3
     assert ids.mirror == [*run[:300], 3]
+
+
+def test_a_chain_swapped_between_tokens_without_the_setter_still_lands():
+    from engine.sampling.build import build_chain
+
+    today, piped = pair(SEEDED)
+    other = SEEDED.with_(temperature=0.4, top_k=5)
+
+    def swapped(session):
+        out = []
+        for record in session.stream(8):
+            out.append(record)
+            if len(steps(out)) == 3:
+                session.sampler = build_chain(other, len(PROMPT))
+        return out
+
+    both(today, piped, swapped)
+    assert piped.discarded == 1 and piped.history[3].survivors <= 5
