@@ -15,8 +15,9 @@ Greedy and seeded runs give the same records as ``GenerationSession``, record fo
 (``tests/engine/test_pipeline_session.py``). Chains the device path cannot run
 (``device_stats.fallback_reason``) take today's step, with the reason shown once per run.
 
-On CUDA with a captured static step, the whole token (forward, chain, pick, numbers and feeding
-the token back) replays from one graph (``engine.decode.token_graph``).
+On CUDA with a captured static step, the forward pass, the chain, the pick and the numbers
+replay from one graph (``engine.decode.token_graph``); the token reaches the next replay by a
+device-to-device copy, never read by the host on the way.
 """
 
 from __future__ import annotations

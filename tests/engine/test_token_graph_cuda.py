@@ -8,6 +8,7 @@ import torch
 
 from engine.decode.pipeline import PipelinedSession
 from engine.decode.token_graph import TokenGraph
+from engine.step.static_step import StaticStepper
 from tests.engine.test_pipeline_session import (
     GREEDY,
     PENALISED,
@@ -56,11 +57,15 @@ def test_choices_between_tokens_land_exactly_on_the_graph(settings):
 
 
 def test_a_grown_cache_captures_the_whole_token_again():
-    today, piped = cuda_pair(GREEDY.with_(max_new_tokens=300), eos_token_ids=[])
-    both(today, piped, lambda s: list(s.stream(200)))  # past the first capacity (256)
+    today, piped = cuda_pair(GREEDY.with_(max_new_tokens=60), eos_token_ids=[])
+    for session in (today, piped):  # a small first capacity: 32, then 64, then 128
+        session.stepper = StaticStepper(session.model, capacity=32)
+    piped._graph = None
+    both(today, piped, lambda s: list(s.stream()))
     assert_same_steps(piped.history, today.history)
-    assert piped.stepper.cache.capacity > 256
-    assert graph_of(piped)._key[0] == piped.stepper.cache.capacity
+    graph = graph_of(piped)
+    assert piped.stepper.cache.capacity == 128 and graph._key[0] == 128
+    assert graph.captures == 3
 
 
 def test_the_host_is_one_token_behind_not_waiting_per_token():
