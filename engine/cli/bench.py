@@ -5,6 +5,7 @@ Qt)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -75,13 +76,9 @@ def run(args: argparse.Namespace) -> int:
 
         figures["quant"] = quant_section(say, args.family_tokens * 2)
         return _written(figures, args.json)
-    bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
     if args.pipeline:
-        from engine.drivers.bench_pipeline import cpu_pipeline_section, gpu_pipeline_section
-
-        figures["pipeline_cpu"] = cpu_pipeline_section(bundle, say, args.new_tokens)
-        figures["pipeline_gpu"] = gpu_pipeline_section(say, args.new_tokens)
-        return _written(figures, args.json)
+        return _pipeline_only(args, say)
+    bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
     if args.experiments:
         from engine.drivers.bench_experiments import experiments_section
 
@@ -104,6 +101,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.skip_gui and args.gui_bench is not None:
         figures.update(args.gui_bench(bundle, say, args))
     run_gpu_bench(say)
+    return _written(figures, args.json)
+
+
+def _pipeline_only(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """``--pipeline``: section 11, the pipelined session vs today's (CPU; GPU where CUDA is)."""
+    from engine.drivers.bench_pipeline import cpu_pipeline_section, gpu_pipeline_section
+    from engine.models.catalog import open_model
+
+    bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
+    figures = {"pipeline_cpu": cpu_pipeline_section(bundle, say, args.new_tokens)}
+    figures["pipeline_gpu"] = gpu_pipeline_section(say, args.new_tokens)
     return _written(figures, args.json)
 
 

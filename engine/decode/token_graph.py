@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from engine.decode.device_stats import FusedPlan, token_stats, window_seen
+from engine.models.device import vocab_size
 from engine.step.kvcache import common_prefix
 from engine.step.static_step import StaticStepper
 
@@ -66,7 +67,7 @@ class TokenGraph:
     ) -> None:
         self.stepper = stepper
         self.capture = capture
-        self.vocab = int(stepper.spec.lm_head.shape[0])
+        self.vocab = vocab_size(stepper.model)  # the head may be quantised: not its shape
         self.generator = generator
         self.device = stepper.device
         self.broken: str | None = None  # why this session stopped using the graph
