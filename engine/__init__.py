@@ -30,6 +30,9 @@ The data path from prompt to step record:
     9. decode.measure.measure(...)                         top-N, ranks, entropies: one host copy
     10. SessionBase._append(...) -> records.Step           Chain.accept (mirostat), then the
                                                            frozen record -> worker -> run store
+    (7-9 on the common chains, in decode.pipeline.PipelinedSession: decode.device_stats
+    .token_stats, one tensor function into a fixed buffer, read back one token behind; on CUDA
+    replayed with the forward pass from one graph, decode.token_graph)
 
 The names below load on first use (PEP 562), so ``import engine.records`` or
 ``engine.sampling.settings`` does not pull in torch and transformers: the window opens first and

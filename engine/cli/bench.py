@@ -5,6 +5,7 @@ Qt)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -31,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     bench.add_argument(
         "--internals", action="store_true",
         help="only inside the step: the decision strip, one step's views, decode before/after",
+    )  # fmt: skip
+    bench.add_argument(
+        "--pipeline", action="store_true",
+        help="only the pipelined session vs today's (CPU; the GPU rows where CUDA is)",
     )  # fmt: skip
     bench.add_argument("--json", default=None, help="also write the figures to this file")
     bench.set_defaults(func=run)
@@ -71,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
         figures["quant"] = quant_section(say, args.family_tokens * 2)
         return _written(figures, args.json)
+    if args.pipeline:
+        return _pipeline_only(args, say)
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
     if args.experiments:
         from engine.drivers.bench_experiments import experiments_section
@@ -94,6 +101,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.skip_gui and args.gui_bench is not None:
         figures.update(args.gui_bench(bundle, say, args))
     run_gpu_bench(say)
+    return _written(figures, args.json)
+
+
+def _pipeline_only(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """``--pipeline``: section 11, the pipelined session vs today's (CPU; GPU where CUDA is)."""
+    from engine.drivers.bench_pipeline import cpu_pipeline_section, gpu_pipeline_section
+    from engine.models.catalog import open_model
+
+    bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
+    figures = {"pipeline_cpu": cpu_pipeline_section(bundle, say, args.new_tokens)}
+    figures["pipeline_gpu"] = gpu_pipeline_section(say, args.new_tokens)
     return _written(figures, args.json)
 
 

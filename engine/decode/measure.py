@@ -66,7 +66,7 @@ def measure(
     the top-N ids; extra: [rows, k] numbers to bring along (the stages' notes). One
     device-to-host copy for all rows."""
     n = min(top_n, logits.shape[-1])
-    columns = _columns(logits, probs, tokens, n, cut, finite)
+    columns = step_columns(logits, probs, tokens, n, cut, finite)
     top_ids = columns[8]
     if penalties is not None:
         trace = (penalties.before, penalties.after, penalties.changed_by)
@@ -74,10 +74,10 @@ def measure(
     if extra is not None:
         columns.append(extra.reshape(logits.shape[0], -1))
     packed = torch.cat([c.double() for c in columns], dim=1).tolist()  # the one copy
-    return [_row(row, n, penalties is not None) for row in packed]
+    return [unpack_row(row, n, penalties is not None) for row in packed]
 
 
-def _columns(
+def step_columns(
     logits: torch.Tensor,
     probs: torch.Tensor,
     tokens: torch.Tensor,
@@ -113,8 +113,13 @@ def _columns(
     ]
 
 
-def _row(row: list[float], n: int, with_penalties: bool) -> Measured:
-    """One row of the host copy as a record."""
+def row_width(n: int, with_penalties: bool) -> int:
+    """Numbers in one packed row: the scalars, then 4 (or 7, with the penalties) top-N blocks."""
+    return _SCALARS + n * (7 if with_penalties else 4)
+
+
+def unpack_row(row: list[float], n: int, with_penalties: bool) -> Measured:
+    """One row of the host copy as a record (``engine.decode.device_stats`` packs the same)."""
     tops = row[_SCALARS:]
     block = [tops[j * n : (j + 1) * n] for j in range(7 if with_penalties else 4)]
     penalties = None

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from engine.decode.pipeline import PipelinedSession
 from engine.decode.session import GenerationSession
 from engine.decode.speculative import NGramDrafter, SpeculativeSession
 from engine.drivers.bench_common import (  # noqa: F401 - the bench's names, as before the split
@@ -63,8 +64,8 @@ def ours_rate(
 ) -> tuple[float, GenerationSession]:
     settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
 
-    def make() -> GenerationSession:
-        return GenerationSession.over(bundle, ids, settings, top_n=top_n, fast=fast)
+    def make() -> GenerationSession:  # the window's session: pipelined where that pays
+        return PipelinedSession.over(bundle, ids, settings, top_n=top_n, fast=fast)
 
     list(make().stream(4))  # warm-up
     session = ready(make(), n)  # on CUDA: this session's own capture, before the clock
@@ -231,11 +232,15 @@ def run_engine_bench(
 
 
 def run_gpu_bench(say: Callable[[str], None]) -> None:
-    """The GPU part: the captured step at SmolLM2-135M's shape and the families, then the
-    engine bench on the real SmolLM2-135M where it is installed."""
+    """The GPU part: the captured step at SmolLM2-135M's shape and the families, the
+    pipelined session (section 11), then the engine bench on the real SmolLM2-135M where it
+    is installed."""
     if gpu_section(say) is None:
         return
+    from engine.drivers.bench_pipeline import gpu_pipeline_section
     from engine.models.catalog import open_model
+
+    gpu_pipeline_section(say)
 
     try:
         bundle = open_model("smollm2-135m", device="cuda", dtype="bfloat16")

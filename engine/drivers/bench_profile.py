@@ -32,12 +32,18 @@ class TokenProfile:
         )
 
 
-def token_profile(model: torch.nn.Module, ids: list[int], n: int = 16) -> TokenProfile:
+def token_profile(
+    model: torch.nn.Module,
+    ids: list[int],
+    n: int = 16,
+    session_cls: type[GenerationSession] = GenerationSession,
+) -> TokenProfile:
     """Profile ``n`` greedy session tokens (after the capture and a warm-up), then time the
-    session's own stepper for ``n`` tokens with nothing but an argmax between them."""
+    session's own stepper for ``n`` tokens with nothing but an argmax between them.
+    ``session_cls``: today's session, or ``engine.decode.pipeline.PipelinedSession``."""
     device = model_device(model)
     settings = SamplerSettings(temperature=0, max_new_tokens=3 * n + 8, min_new_tokens=3 * n + 8)
-    session = GenerationSession(model, ids, settings, eos_token_ids=[], top_n=20, fast=True)
+    session = session_cls(model, ids, settings, eos_token_ids=[], top_n=20, fast=True)
     ready(session, 3 * n + 8)
     stream = session.stream()
     for _ in range(4):  # warm: the first tokens pay the allocator and the caches

@@ -344,6 +344,6 @@ def make_session(
             bundle.model, ids, drafter, settings, gamma=request.gamma, seed=settings.seed,
             fast=request.fast, **common,
         )  # fmt: skip
-    from engine.decode.session import GenerationSession
+    from engine.decode.pipeline import PipelinedSession  # today's step where it does not pay
 
-    return GenerationSession(bundle.model, ids, settings, fast=request.fast, **common)
+    return PipelinedSession(bundle.model, ids, settings, fast=request.fast, **common)
