@@ -58,9 +58,18 @@ def kl_text(s: LockstepStep) -> str:
 Extra = tuple[str, Sequence[LockstepStep], "LockstepSummary | None"]  # another B: name, steps
 
 
+def weights_label(b: str) -> str:
+    """A B's short name for the presentation view: its weights where its name ends with them
+    ("SmolLM2 135M Instruct (int4)" -> "int4"), else "B"."""
+    if b.endswith(")") and "(" in b:
+        return b[b.rindex("(") + 1 : -1] or "B"
+    return "B"
+
+
 def more_text(s: LockstepSummary, b: str, compact: bool = False) -> str:
     """One more B against the same A, one line (its curves are the dashed ones)."""
-    name = "" if compact else f"<b>B</b> = {html.escape(b)} (dashed): "
+    name = f"<b>{html.escape(weights_label(b))}</b>: " if compact else (
+        f"<b>B</b> = {html.escape(b)} (dashed): ")  # fmt: skip
     return (
         f"{name}mean KL <b>{s.mean_kl:.3f}</b> nats; top-N Jaccard <b>{s.mean_jaccard:.2f}"
         f"</b>; greedy picks agree at <b>{s.greedy_agreement:.0%}</b> of the steps."
@@ -199,6 +208,8 @@ class LockstepView(QWidget):
         self.bounds = bounds
         if summary is not None:
             text = summary_text(summary, a, b, self.compact, bounds)
+            if self.compact and self.extra:  # several B's, one line each: say whose
+                text = f"<b>{html.escape(weights_label(b))}</b>: " + text
             for name, _more, s in self.extra:
                 if s is not None:
                     text += "<br>" + more_text(s, name, self.compact)

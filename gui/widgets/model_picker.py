@@ -15,7 +15,7 @@ MAX_RECENTS = 8
 
 # the weights a model is loaded with: (value given to the engine as its dtype, label, tooltip)
 WEIGHTS = (
-    ("auto", "Auto", "float32 on the CPU, bfloat16 or float16 on a GPU"),
+    ("auto", "Auto weights", "float32 on the CPU, bfloat16 or float16 on a GPU"),
     ("float32", "float32", "32-bit weights: the reference"),
     ("bfloat16", "bfloat16", "16-bit weights: half the bytes read per token"),
     ("int8", "int8 (CPU)", "8-bit integer weights, one scale per row (CPU kernels)"),

@@ -160,6 +160,11 @@ def test_float32_vs_int8_vs_int4_is_one_lockstep_choice(qtbot, ready, tiny_dir):
         assert [s.token_id for s in shown] == [s.token_id for s in want]
         assert [round(s.kl, 5) for s in shown] == [round(s.kl, 5) for s in want]
     assert int4_summary.mean_kl > view.summary[0].mean_kl  # 4 bits move it further than 8
+    view.set_compact(True)  # the presentation view: one short line per B, each named
+    lines = view.info.text().split("<br>")
+    assert len(lines) == 2
+    assert lines[0].startswith("<b>int8</b>: ") and lines[1].startswith("<b>int4</b>: ")
+    view.set_compact(False)
 
 
 def test_a_lesson_sample_stage_runs_as_the_engine_runs_it(qtbot, ready):
