@@ -9,6 +9,7 @@ import torch
 
 from engine.sampling.base import NEG_INF, LogitsProcessor, StepState, _check
 from engine.sampling.checks import check_setting
+from engine.sampling.sorting import stable_sort
 
 
 class Mirostat(LogitsProcessor):
@@ -68,7 +69,7 @@ class Mirostat(LogitsProcessor):
             remove = surprise > self.mu
             top = scores.argmax(-1, keepdim=True)
             return scores.masked_fill(remove.scatter(-1, top, False), NEG_INF)
-        sorted_scores, order = torch.sort(scores, dim=-1, descending=True, stable=True)
+        sorted_scores, order = stable_sort(scores, descending=True)
         sorted_p = sorted_scores.float().softmax(-1)
         rank = torch.arange(scores.shape[-1], device=scores.device)
         remove_sorted = rank >= self._k(sorted_p, scores.shape[-1])

@@ -9,6 +9,7 @@ import torch
 
 from engine.sampling.base import NEG_INF, LogitsProcessor, StepState, _check, _keep_top
 from engine.sampling.checks import check_setting
+from engine.sampling.sorting import stable_sort
 
 
 class TopK(LogitsProcessor):
@@ -49,7 +50,7 @@ class TopP(LogitsProcessor):
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.top_p >= 1:
             return scores.clone()
-        sorted_scores, order = torch.sort(scores, dim=-1, descending=True, stable=True)
+        sorted_scores, order = stable_sort(scores, descending=True)
         probs = sorted_scores.float().softmax(dim=-1)
         mass_before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above each one
         # Tolerance: float32 sums of probabilities that are "exactly p" land a few ulps either side.
@@ -99,7 +100,7 @@ class TypicalP(LogitsProcessor):
         p = logp.exp()
         entropy = -torch.nan_to_num(p * logp).sum(dim=-1, keepdim=True)
         distance = (-logp - entropy).abs()
-        sorted_distance, order = torch.sort(distance, dim=-1, stable=True)
+        sorted_distance, order = stable_sort(distance)
         sorted_p = p.gather(-1, order)
         # The token whose mass reaches ``mass`` is the boundary; every token at least as
         # typical as it is kept, ties included (transformers' TypicalLogitsWarper).

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 # the functions each step needs, callees first
 DECODER = (
-    "linear", "mm", "norm", "affine", "act", "rotate", "attend", "rotary_tables", "masks",
+    "linear", "mm", "rms", "norm", "affine", "act", "rotate", "attend", "rotary_tables", "masks",
     "write_kv", "decoder_layer", "forward",
 )  # fmt: skip
 T5 = ("linear", "write_kv", "t5_norm", "t5_act", "t5_bias_mask", "t5_layer", "t5_forward")
