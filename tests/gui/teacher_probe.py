@@ -14,11 +14,11 @@ import json
 import math
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fit_probe import wait  # the window-fit probe's: run the events until a condition
 from PySide6.QtCore import QPoint, QPointF, QSettings, QTimer
 from PySide6.QtWidgets import QApplication, QDialog, QWidget
 
@@ -30,16 +30,6 @@ PROMPT = "Once upon a time, a dragon"
 TEXT = "The teacher opened the old book and smiled at the class."
 CONTEXT = "Here is a short story."
 OUT: dict[str, Any] = {}
-
-
-def wait(app: QApplication, until: Callable[[], bool], seconds: float) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        app.processEvents()
-        if until():
-            return True
-        time.sleep(0.01)
-    return until()
 
 
 def settle(app: QApplication, seconds: float = 0.6) -> None:

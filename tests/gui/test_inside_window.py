@@ -10,41 +10,22 @@ import subprocess
 import sys
 
 import pytest
-from test_window_fit import ROOT, _free_display, _need_binaries
+from test_window_fit import ROOT, x_screen
 
 PROBE = ROOT / "tests" / "gui" / "inside_probe.py"
 
 
 @pytest.fixture(scope="module")
 def probed(tiny_dir):
-    _need_binaries()
-    n = _free_display()
-    xvfb = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", "1280x720x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    env = {**__import__("os").environ, "DISPLAY": f":{n}", "QT_QPA_PLATFORM": "xcb",
-           "PYTHONPATH": f"{ROOT}:{ROOT / 'tests' / 'gui'}:{ROOT / 'tests'}"}  # fmt: skip
-    env.pop("QT_QPA_PLATFORMTHEME", None)
-    wm = None
-    try:
-        import time
-
-        deadline = time.monotonic() + 20
-        while not (__import__("pathlib").Path(f"/tmp/.X11-unix/X{n}")).exists():
-            assert xvfb.poll() is None and time.monotonic() < deadline, "Xvfb did not start"
-            time.sleep(0.1)
-        wm = subprocess.Popen(["openbox"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
-        time.sleep(1.0)
+    with x_screen(1280, 720) as screen:
+        env = {**screen, "QT_QPA_PLATFORM": "xcb",
+               "PYTHONPATH": f"{ROOT}:{ROOT / 'tests' / 'gui'}:{ROOT / 'tests'}"}  # fmt: skip
+        env.pop("QT_QPA_PLATFORMTHEME", None)
         proc = subprocess.run([sys.executable, str(PROBE), str(tiny_dir)], env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=400)  # fmt: skip
         lines = [x for x in proc.stdout.splitlines() if x.startswith("INSIDE ")]
         assert lines, f"probe failed ({proc.returncode}): {proc.stderr[-3000:]}"
         yield json.loads(lines[-1][len("INSIDE ") :])
-    finally:
-        for p in (wm, xvfb):
-            if p is not None:
-                p.terminate()
-                p.wait(timeout=10)
 
 
 def test_the_tab_opens_on_the_last_token_and_a_click_moves_it(probed):

@@ -12,11 +12,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from test_window_fit import _free_display, _need_binaries
+from test_window_fit import x_screen
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("teacher_probe.py")
@@ -26,30 +25,8 @@ PROMPT = "Once upon a time, a dragon"
 @pytest.fixture(scope="module")
 def screen():
     """An Xvfb screen of 1280x720 with openbox managing it; both stopped afterwards."""
-    _need_binaries()
-    n = _free_display()
-    xvfb = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", "1280x720x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    env = {**os.environ, "DISPLAY": f":{n}"}
-    wm = None
-    try:
-        deadline = time.monotonic() + 20
-        while not Path(f"/tmp/.X11-unix/X{n}").exists():
-            if xvfb.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"Xvfb :{n} did not start")
-            time.sleep(0.1)
-        wm = subprocess.Popen(["openbox"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
-        time.sleep(1.0)
+    with x_screen(1280, 720) as env:
         yield env
-    finally:
-        for proc in (wm, xvfb):
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,11 +41,11 @@ def _free_display() -> int:
     raise RuntimeError("no free X display number")
 
 
-@pytest.fixture(scope="module", params=[(1280, 720), (1366, 768)], ids=["1280x720", "1366x768"])
-def display(request):
-    """An Xvfb screen of the given size with openbox managing it; both stopped afterwards."""
+@contextmanager
+def x_screen(width: int = 1280, height: int = 720) -> Iterator[dict[str, str]]:
+    """An Xvfb screen of ``width`` x ``height`` with openbox managing it, as the environment
+    a process draws on it with; both stopped afterwards. Skips (fails under CI) without them."""
     _need_binaries()
-    width, height = request.param
     n = _free_display()
     xvfb = subprocess.Popen(
         ["Xvfb", f":{n}", "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp"],
@@ -60,7 +62,7 @@ def display(request):
         wm = subprocess.Popen(["openbox"], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)  # fmt: skip
         time.sleep(1.0)  # openbox takes the screen before the window maps
-        yield env, (width, height)
+        yield env
     finally:
         for proc in (wm, xvfb):
             if proc is not None:
@@ -69,6 +71,13 @@ def display(request):
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+
+
+@pytest.fixture(scope="module", params=[(1280, 720), (1366, 768)], ids=["1280x720", "1366x768"])
+def display(request):
+    """An Xvfb screen of the given size with openbox managing it; both stopped afterwards."""
+    with x_screen(*request.param) as env:
+        yield env, request.param
 
 
 @pytest.fixture(scope="module")
