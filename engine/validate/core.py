@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 
 class InputError(ValueError):
@@ -32,6 +34,17 @@ def describe(exc: Any, limit: int = 3, prefix: str = "") -> str:
     ]
     more = exc.error_count() - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_as(model: type[M], data: Any, what: str, fmt: str) -> M:
+    """``data`` read by ``model``, or an InputError: "<what> is not <fmt> (<the fields>)"."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(f"{what} is not {fmt} ({describe(exc)})") from None
 
 
 @contextmanager

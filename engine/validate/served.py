@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from engine.validate.core import InputError, describe
+from engine.validate.core import InputError, parse_as
 from engine.validate.limits import LOGPROB_TOLERANCE, MAX_SERVED_TOKEN_ID, MAX_TOP_N
 
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's spelling of a token with return_tokens_as_token_ids
@@ -74,13 +74,6 @@ class Position:
     finish_reason: str | None
 
 
-def _validate(model: type[BaseModel], data: Any, what: str) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(f"{what} is not in the /v1 format ({describe(exc)})") from None
-
-
 def token_id(key: str, id_limit: int = MAX_SERVED_TOKEN_ID) -> int:
     """``token_id:123`` -> 123, inside [0, id_limit)."""
     if not key.startswith(TOKEN_ID_PREFIX):
@@ -136,7 +129,7 @@ def check_rank(rank: int, lp: float, where: str) -> None:
 def positions(data: Any, id_limit: int = MAX_SERVED_TOKEN_ID) -> list[Position]:
     """A completion (or one stream chunk) -> its checked positions. A chunk with no tokens
     gives an empty list."""
-    completion = _validate(_Completion, data, "the server's answer")
+    completion = parse_as(_Completion, data, "the server's answer", "in the /v1 format")
     choice = completion.choices[0]
     block = choice.logprobs
     if block is None:
@@ -172,7 +165,8 @@ def has_tokens(data: Any) -> bool:
 
 def models(data: Any) -> list[tuple[str, int | None]]:
     """``/v1/models`` -> (name, context length or None) for each served model."""
-    return [(m.id, m.max_model_len) for m in _validate(_ModelList, data, "the model list").data]
+    listed = parse_as(_ModelList, data, "the model list", "in the /v1 format")
+    return [(m.id, m.max_model_len) for m in listed.data]
 
 
 def token_ids(data: Any, id_limit: int = MAX_SERVED_TOKEN_ID) -> list[int]:

@@ -20,9 +20,9 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from engine.validate.core import InputError, describe
+from engine.validate.core import InputError, parse_as
 from engine.validate.limits import MAX_SERVED_TOKEN_ID, MAX_TOP_N
 from engine.validate.served import (
     MAX_POSITIONS,
@@ -88,13 +88,6 @@ class LlamaPosition:
     finish_reason: str | None
 
 
-def _validate(model: type[BaseModel], data: Any, what: str) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(f"{what} is not llama-server's format ({describe(exc)})") from None
-
-
 def _bounded(i: int, limit: int, where: str) -> int:
     if i >= limit:
         raise InputError(f"{where}: token id {i} is beyond the vocabulary's bound of {limit}")
@@ -107,7 +100,7 @@ def positions(
     """A ``/completion`` answer (or one stream event) -> its checked positions; ``post``: the
     request asked for ``post_sampling_probs`` (probabilities, not log-probabilities). An event
     without probabilities gives an empty list."""
-    reply = _validate(_Completion, data, "the server's answer")
+    reply = parse_as(_Completion, data, "the server's answer", "llama-server's format")
     rows = reply.completion_probabilities or []
     out = []
     for k, row in enumerate(rows):
@@ -147,13 +140,13 @@ def _check_total(values: dict[int, float], post: bool, where: str) -> None:
 
 def finished(data: Any) -> str | None:
     """A stream event's reason to stop (the last event), None while it goes on."""
-    reply = _validate(_Completion, data, "the server's answer")
+    reply = parse_as(_Completion, data, "the server's answer", "llama-server's format")
     return FINISH.get(reply.stop_type or "", "stop") if reply.stop else None
 
 
 def models(data: Any) -> list[tuple[str, int | None, int | None, str]]:
     """``/v1/models`` -> (name, context length, vocabulary size, owner) per model."""
-    listed = _validate(_Models, data, "the model list").data
+    listed = parse_as(_Models, data, "the model list", "llama-server's format").data
     return [
         (m.id, m.meta.n_ctx if m.meta else None, m.meta.n_vocab if m.meta else None,
          m.owned_by or "")

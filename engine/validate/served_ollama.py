@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from engine.validate.core import InputError, describe
+from engine.validate.core import InputError, parse_as
 from engine.validate.served import MAX_POSITIONS, check_mass, logprob
 
 MAX_OLLAMA_TOP = 20  # server/routes.go: "top_logprobs must be between 0 and 20"
@@ -78,10 +78,7 @@ def positions(data: Any, want_top: bool = True) -> list[OllamaPosition]:
     """An ``/api/generate`` answer (or one line of its stream) -> checked positions. A line
     with no tokens (the last of a stream) gives an empty list; an answer with text but no
     ``logprobs`` is refused: the server ignored ``logprobs`` (Ollama older than 0.12.11)."""
-    try:
-        reply = _Generate.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(f"the answer is not Ollama's format ({describe(exc)})") from None
+    reply = parse_as(_Generate, data, "the answer", "Ollama's format")
     rows = reply.logprobs
     if rows is None:
         if reply.response:
@@ -113,7 +110,4 @@ def done(data: Any) -> str | None:
 
 def model_names(data: Any) -> list[str]:
     """``/api/tags`` -> the model names."""
-    try:
-        return [m.name for m in _Tags.model_validate(data).models]
-    except ValidationError as exc:
-        raise InputError(f"the model list is not Ollama's format ({describe(exc)})") from None
+    return [m.name for m in parse_as(_Tags, data, "the model list", "Ollama's format").models]

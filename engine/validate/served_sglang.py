@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from engine.validate.core import InputError, describe
+from engine.validate.core import InputError, parse_as
 from engine.validate.limits import MAX_SERVED_TOKEN_ID, MAX_TOP_N
 from engine.validate.served import MAX_POSITIONS, check_mass, logprob
 
@@ -68,10 +68,7 @@ class SGLangPosition:
 
 
 def _meta(data: Any) -> _Meta:
-    try:
-        return _Generate.model_validate(data).meta_info
-    except ValidationError as exc:
-        raise InputError(f"the answer is not SGLang's format ({describe(exc)})") from None
+    return parse_as(_Generate, data, "the answer", "SGLang's format").meta_info
 
 
 def _rows(
