@@ -32,7 +32,7 @@ import torch
 
 from engine.decode.base import Record
 from engine.decode.device_stats import FusedPlan, plan_for, token_stats, window_seen
-from engine.decode.measure import unpack_row
+from engine.decode.measure import finite_rows, unpack_row
 from engine.decode.session import GenerationSession, StepLogits, step_seed
 from engine.decode.token_graph import PENDING, TokenGraph, feed_device, graph_stepper
 from engine.records import Progress, Rewind, Step
@@ -297,8 +297,7 @@ class PipelinedSession(GenerationSession):
         logits = feed_device(self.stepper, prev.token, prev.position)
         if logits is None:
             logits = self.stepper.logits([*self.ids, int(prev.token)])
-        finite = torch.isfinite(logits).all(dim=-1)  # [1]
-        logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
+        logits, finite = finite_rows(logits)
         return StepLogits(logits, finite, 1)
 
     def _row(self, width: int) -> RowBuffer:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from engine.decode.base import Record, SessionBase
-from engine.decode.measure import Measured, measure
+from engine.decode.measure import Measured, finite_rows, measure
 from engine.models.prompt import DecodeStart
 from engine.records import KEEP_FULL, SAMPLING, Rewind, Step
 from engine.sampling.sampler import Sampler, StageReport
@@ -174,9 +174,8 @@ class GenerationSession(SessionBase):
         fed = to_feed(self.stepper, self.ids)
         logits = self.stepper.logits(self.ids)  # [1, vocab]
         # A broken model gives NaN/inf: sample from something harmless, then refuse the step
-        # once the flag arrives with the one copy (no extra device sync per token).
-        finite = torch.isfinite(logits).all(dim=-1)  # [1]
-        logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
+        # once the flag arrives with the one copy (engine.decode.measure.finite_rows).
+        logits, finite = finite_rows(logits)
         return StepLogits(logits, finite, fed)
 
     def _measure(

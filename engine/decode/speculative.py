@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from engine.decode.base import Record, SessionBase
-from engine.decode.measure import Measured, measure
+from engine.decode.measure import Measured, finite_rows, measure
 from engine.errors import DrafterMismatchError
 from engine.records import KEEP_FULL, SPEC_DRAFT, SPEC_NGRAM, SpeculativeReport
 from engine.sampling.chain import pick
@@ -275,9 +275,8 @@ class SpeculativeSession(SessionBase):
         full = self.ids + drafts
         fed = to_feed(self.stepper, full, keep=g + 1)
         fed = fed if fed > g + 1 else 1  # more: this round also read (part of) the prompt
-        logits = self.stepper.logits(full, keep=g + 1)  # [g + 1, vocab]; row i predicts
-        finite = torch.isfinite(logits).all(dim=-1)  # full[len(ids) + i]
-        logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
+        logits = self.stepper.logits(full, keep=g + 1)  # [g + 1, vocab]
+        logits, finite = finite_rows(logits)  # row i predicts full[len(ids) + i]
         p, cut, reports = self._target_probs(full, len(self.ids), logits)  # [g + 1, vocab]
         self.stats.target_passes += 1
         self.stats.drafter_passes += self.drafter.forward_passes - passes_before

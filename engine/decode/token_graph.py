@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from engine.decode.device_stats import FusedPlan, token_stats, window_seen
+from engine.decode.measure import finite_rows
 from engine.models.device import vocab_size
 from engine.step.kvcache import common_prefix
 from engine.step.static_step import StaticStepper
@@ -116,8 +117,7 @@ class TokenGraph:
     def _body(self, plan: FusedPlan, fn: Any) -> None:
         s = self.stepper
         logits = s._run(s._ids, s._pos, 1, fn)  # [1, vocab]
-        finite = torch.isfinite(logits).all(dim=-1)
-        logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
+        logits, finite = finite_rows(logits)
         seen = None
         if plan.penalties:
             seen = window_seen(self._ids, self._length, plan.last_n or 0, logits.shape[-1])

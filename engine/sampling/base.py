@@ -91,3 +91,30 @@ class StepState:
     def __init__(self) -> None:
         self.generator: torch.Generator | None = None
         self.mu: float | None = None
+
+
+# masked_fill on the CPU, by the integer type of the same width (a bit select)
+_BITS = {
+    torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16,
+    torch.float16: torch.int16, torch.int16: torch.int16, torch.int32: torch.int32,
+    torch.int64: torch.int64,
+}  # fmt: skip
+
+
+def fill(x: torch.Tensor, mask: torch.Tensor, value: float) -> torch.Tensor:
+    """``x.masked_fill(mask, value)``, bit for bit (NaN, -0.0 and infinities included), for a
+    ``mask`` of ``x``'s shape. On the CPU it is done as a bit select in the integer type of
+    ``x``'s width, ``x ^ ((x ^ value) & -mask)``: torch's CPU masked_fill and where run one
+    element at a time, 290 us on a 151,936-token row where these four vector ops take 80
+    (a greedy token calls it three times). Elsewhere, and for other shapes, masked_fill."""
+    ints = _BITS.get(x.dtype)
+    if x.device.type != "cpu" or ints is None or mask.shape != x.shape:
+        return x.masked_fill(mask, value)
+    if x.is_floating_point():
+        bits = int(torch.tensor(value, dtype=x.dtype).view(ints).item())
+        xb = x.view(ints) if x.is_contiguous() else x.contiguous().view(ints)
+    else:
+        bits, xb = int(value), x
+    select = mask.to(ints).neg_()  # all ones where mask, else 0
+    out = xb ^ ((xb ^ bits) & select)
+    return out.view(x.dtype) if out.dtype != x.dtype else out

@@ -26,10 +26,9 @@ class Temperature(LogitsProcessor):
         )
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.temperature == 0:
-            keep = torch.zeros_like(scores, dtype=torch.bool)
-            keep.scatter_(-1, scores.argmax(dim=-1, keepdim=True), True)
-            return scores.masked_fill(~keep, NEG_INF)
+        if self.temperature == 0:  # the first maximum stays, every other score is -inf
+            first = scores.max(dim=-1, keepdim=True).indices
+            return torch.full_like(scores, NEG_INF).scatter_(-1, first, scores.gather(-1, first))
         if self.temperature == 1:
             return scores.clone()
         # Shift by the max first: tiny temperatures then give -inf, never inf - inf = NaN.
