@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from engine.drivers.bench_common import line
+from engine.drivers.bench_llama_server import llama_server_rates
 from engine.models.loading import ModelBundle
 
 
@@ -80,10 +81,12 @@ def llama_cpp_section(
     if not gguf or bundle.device.type != "cpu":
         return None
     ids = bundle.encode_prompt("Write a short poem about the sea.")
-    llama = llama_cpp_in_subprocess(gguf, ids, new_tokens, say)
+    llama, who = llama_cpp_in_subprocess(gguf, ids, new_tokens, say), "llama-cpp-python"
+    if llama is None:
+        llama, who = llama_server_rates(gguf, ids, new_tokens, say), "llama-server"
     if llama is None:
         return None
     for key, label in (("logprobs20", "logprobs=20"), ("plain", "no probabilities")):
-        say(line(f"   bf16 vs llama-cpp-python, {label}", ours_bf16, llama[key], "tok/s", "ours",
+        say(line(f"   bf16 vs {who}, {label}", ours_bf16, llama[key], "tok/s", "ours",
                  "llama"))  # fmt: skip
     return llama

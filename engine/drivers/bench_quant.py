@@ -2,8 +2,8 @@
 bfloat16, int8 and int4 (its GGUF file's own Q4_1 blocks), and a Qwen2.5-0.5B-shaped model
 (random weights) in the same four; each row's rate, its ratio to float32, the weight bytes
 read per token and their share of the machine's measured copy bandwidth, and the step's
-matrix products alone beside the whole token. llama-cpp-python on the same GGUF where it is
-installed.
+matrix products alone beside the whole token. llama.cpp on the same GGUF: llama-cpp-python
+where it is installed, else llama.cpp's own server where ``make llama-server`` built it.
 
 Copy bandwidth is measured as STREAM's "copy" counts it: bytes read plus bytes written per
 second, copying 512 MB. Decode reads its weights once per token and writes next to nothing,
@@ -22,6 +22,7 @@ from engine.decode.session import GenerationSession
 from engine.drivers.bench_common import matrix_products_alone
 from engine.drivers.bench_families import family_model
 from engine.drivers.bench_llama_cpp import llama_cpp_in_subprocess
+from engine.drivers.bench_llama_server import llama_server_rates
 from engine.models.device import timed
 from engine.quant.apply import quantize_model
 from engine.quant.linear import QuantLinear
@@ -117,13 +118,19 @@ def quant_section(say: Callable[[str], None], new_tokens: int = 64) -> dict[str,
                            copy_bw, say, "SmolLM2-135M")  # fmt: skip
     gguf = bundles["float32"].extra.get("gguf")
     if gguf:
-        llama = llama_cpp_in_subprocess(gguf, ids, new_tokens, say)
+        llama, who = llama_cpp_in_subprocess(gguf, ids, new_tokens, say), "llama-cpp-python"
+        if llama is None:
+            llama, who = llama_server_rates(gguf, ids, new_tokens, say), "llama-server"
         if llama is not None:
             ours = out["smollm2"]["int4"]["tok_s"]
-            for key, label in (("plain", "no probabilities"), ("logprobs20", "logprobs=20")):
-                say(f"   llama-cpp-python Q4_1, {label}: {llama[key]:.1f} tok/s; our int4 "
-                    f"{ours / llama[key]:.2f}x")  # fmt: skip
-            out["llama_cpp"] = llama
+            for key, label in (("plain", "no probabilities"), ("logprobs20", "top-20 probs")):
+                extra = ""
+                if f"{key}_decode" in llama:
+                    extra = (f" ({llama[f'{key}_threads']:.0f} thread(s); decode alone "
+                             f"{llama[f'{key}_decode']:.1f})")  # fmt: skip
+                say(f"   {who} on the same Q4_1 file, {label}: {llama[key]:.1f} tok/s{extra}; "
+                    f"our int4 {ours / llama[key]:.2f}x of it")  # fmt: skip
+            out["llama_cpp"] = llama | {"via": who}
     del bundles
     gc.collect()
     qwen: dict[str, torch.nn.Module] = {}
