@@ -5,6 +5,7 @@ import os
 import stat
 
 import pytest
+import torch
 from transformers import AutoConfig
 
 from engine.drivers import bench, bench_common, bench_families, bench_llama_cpp
@@ -143,3 +144,31 @@ def test_token_profile_separates_the_session_from_the_step_alone():
     assert p.kernels == 0 and p.gpu_busy == 0 and p.host_ms == p.wall_ms
     assert 0 < p.step_ms < p.wall_ms
     assert "bound by the session's host work" in p.describe()
+
+
+def test_quant_rows_give_the_session_and_the_decode_rates():
+    """Section 11's rows on tiny models: both rates of each kind, their ratios to float32 (1.0
+    for float32 itself), the share taken on the decode rate, and the products beside it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.drivers import bench_quant
+    from engine.quant.apply import quantize_model
+
+    cfg = LlamaConfig(
+        vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    models = {}
+    for kind in ("float32", "int8", "int4"):
+        torch.manual_seed(0)
+        models[kind] = LlamaForCausalLM(cfg).eval()
+        if kind != "float32":
+            quantize_model(models[kind], kind)
+    said: list[str] = []
+    rows = bench_quant._rows(models, [5, 6, 7, 8], 6, 1e10, said.append, "Tiny")
+    assert len(said) == 3 and all("decode alone" in line for line in said)
+    assert rows["float32"]["vs_fp32"] == 1.0 and rows["float32"]["decode_vs_fp32"] == 1.0
+    for kind, row in rows.items():
+        assert row["tok_s"] > 0 and row["decode_tok_s"] > 0 and row["matmul_ms"] > 0
+        assert row["copy_share"] == pytest.approx(row["decode_tok_s"] * row["weight_mb"] / 1e4)
+        assert row["weight_mb"] * 1e6 == bench_quant.weight_bytes(models[kind])
