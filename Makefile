@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-remote vllm-env llama-server test-llama-server lint bench package setup clean
+.PHONY: run test test-remote vllm-env llama-server test-llama-server test-llama-cpp-python lint bench package setup clean
 
 $(STAMP): pyproject.toml Makefile
 	bash .ci/system-deps
@@ -51,6 +51,12 @@ test-llama-server: $(STAMP)
 	-PYTHON=$(PYTHON) bash resources/remote/setup_llama_server.sh $(LLAMA_SERVER_DIR) || echo "llama-server build failed (above): its tests will skip and say why"
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 DECODING_LAB_LLAMA_SERVER_DIR=$(LLAMA_SERVER_DIR) \
 		$(PY) -m pytest -q -m llama_server tests/remote
+
+# llama-cpp-python in the venv from the same pinned sdist (optional; ~4 min on 2 cores, once),
+# then the tests that read llama.cpp's own logits through it (they skip without it).
+test-llama-cpp-python: $(STAMP)
+	-PYTHON=$(PY) LLAMA_SERVER_DIR=$(LLAMA_SERVER_DIR) bash resources/remote/setup_llama_cpp_python.sh || echo "llama-cpp-python build failed (above): its tests will skip and say why"
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q -rs -k llama_cpp tests/engine/test_quant_gguf.py
 
 bench: $(STAMP)
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) main.py bench
