@@ -11,6 +11,7 @@ server listens on 127.0.0.1, on a free port, and is stopped when the rows are do
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,11 @@ from typing import Any
 import httpx
 import torch
 
-from engine.serve.llama_server_run import llama_server_problem, start_llama_server
+from engine.serve.llama_server_run import (
+    DEFAULT_DIR,
+    llama_server_problem,
+    start_llama_server,
+)
 
 
 def _one(url: str, ids: list[int], n: int, n_probs: int) -> tuple[float, float]:
@@ -44,7 +49,8 @@ def llama_server_rates(
 ) -> dict[str, float] | None:
     """{"plain", "logprobs20"} tokens per second (and "<key>_decode", "<key>_threads"), or None
     with a line saying why when llama-server is not built or does not answer."""
-    problem = llama_server_problem()
+    folder = os.environ.get("DECODING_LAB_LLAMA_SERVER_DIR", DEFAULT_DIR)  # as the tests
+    problem = llama_server_problem(folder)
     if problem is not None:
         say(f"   llama-server: {problem}; skipped")
         return None
@@ -53,7 +59,9 @@ def llama_server_rates(
     for t in sorted({1, threads}):
         server = None
         try:
-            server = start_llama_server(gguf, threads=t, context=max(512, len(ids) + n + 8))
+            server = start_llama_server(
+                gguf, folder=folder, threads=t, context=max(512, len(ids) + n + 8)
+            )
             for key, n_probs in (("plain", 0), ("logprobs20", 20)):
                 _one(server.url, ids, 4, n_probs)  # warm-up
                 best = max(_one(server.url, ids, n, n_probs) for _ in range(2))

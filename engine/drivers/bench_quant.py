@@ -79,7 +79,8 @@ def _rate(model: torch.nn.Module, ids: list[int], n: int) -> tuple[float, float,
         if first is None and isinstance(record, Step):
             first = time.perf_counter()
     end = time.perf_counter()
-    decode = (n - 1) / (end - first) if first is not None and end > first else float("nan")
+    ok = n > 1 and first is not None and end > first
+    decode = (n - 1) / (end - first) if ok else float("nan")  # NaN: not measurable
     return n / (end - start), decode, s.stepper
 
 
@@ -95,11 +96,13 @@ def _rows(
     for _ in range(2):
         for kind, model in models.items():
             whole, decode, steppers[kind] = _rate(model, ids, n)
-            best[kind] = (max(best[kind][0], whole), max(best[kind][1], decode))
-    base = best.get("float32") or (float("nan"), float("nan"))
+            best[kind] = (max(best[kind][0], whole), max(best[kind][1], decode))  # NaN: 0
+    base = tuple(v or float("nan") for v in best.get("float32", (0.0, 0.0)))
     out: dict[str, Any] = {}
+    nan = float("nan")
     for kind, model in models.items():
         (whole, decode), need = best[kind], weight_bytes(model)
+        decode = decode or nan  # a rate that could not be measured prints "nan", not a crash
         share = decode * need / copy_bw
         floor = matrix_products_alone(steppers[kind])
         products = f"{floor * 1e3:6.1f}" if floor is not None else "     ?"

@@ -7,7 +7,7 @@
 # Usage: PYTHON=.venv/bin/python resources/remote/setup_llama_cpp_python.sh
 #
 # The sdist is the one setup_llama_server.sh builds llama-server from (same version and
-# sha256; reused from .llama-server/src when it is there). GGML_NATIVE=OFF, as there, so the
+# sha256), downloaded with pip into .llama-server/src. GGML_NATIVE=OFF, as there, so the
 # library runs on any x86-64-v3 CPU; llama.cpp's tools, examples, tests and server are not
 # built (the binding needs only the libraries): 3 min 38 s on 2 cores.
 set -euo pipefail
@@ -28,8 +28,16 @@ for tool in cmake c++ cc; do
         exit 3
     }
 done
+if [[ "$(uname -m)" == "x86_64" ]] && ! grep -qw avx2 /proc/cpuinfo; then
+    # the portable build enables AVX2: loading it here would kill the test process (SIGILL)
+    echo "This CPU has no AVX2; the portable llama.cpp build (x86-64-v3) cannot run here." >&2
+    exit 3
+fi
 
 SDIST="$SRC_DIR/llama_cpp_python-$VERSION.tar.gz"
+if [[ -f "$SDIST" ]] && ! echo "$SHA256  $SDIST" | sha256sum -c - >/dev/null 2>&1; then
+    rm -f "$SDIST"  # a partial or damaged download: fetch it again
+fi
 if [[ ! -f "$SDIST" ]]; then
     mkdir -p "$SRC_DIR"
     "$PYTHON" -m pip download "llama-cpp-python==$VERSION" --no-binary :all: --no-deps \

@@ -70,3 +70,22 @@ def test_finite_rows() -> None:
         out, ok = finite_rows(y)
         assert ok.tolist() == [True, False, True] == torch.isfinite(y).all(-1).tolist()
         assert torch.equal(out[1], torch.zeros_like(y[1])) and torch.equal(out[0], y[0])
+
+
+def test_fill_refuses_what_masked_fill_refuses() -> None:
+    """A mask that is not bool, and a value the dtype cannot hold, raise as masked_fill does
+    (the bit select would write garbage or wrap around)."""
+    x = torch.zeros(2, 8)
+    for mask in (torch.ones(2, 8), torch.ones(2, 8, dtype=torch.uint8)):
+        with pytest.raises(RuntimeError) as theirs:
+            x.masked_fill(mask, 1.0)
+        with pytest.raises(RuntimeError) as ours:
+            fill(x, mask, 1.0)
+        assert str(ours.value) == str(theirs.value)
+    ones = torch.ones(2, 8, dtype=torch.bool)
+    for t, value in ((torch.zeros(2, 8, dtype=torch.int16), 40000),
+                     (torch.zeros(2, 8, dtype=torch.float16), 1e6)):  # fmt: skip
+        with pytest.raises(RuntimeError):
+            t.masked_fill(ones, value)
+        with pytest.raises(RuntimeError):
+            fill(t, ones, value)
