@@ -22,17 +22,9 @@ if [[ "$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("llama_cp
     echo "llama-cpp-python $VERSION is installed"
     exit 0
 fi
-for tool in cmake c++ cc; do
-    command -v "$tool" >/dev/null 2>&1 || {
-        echo "No $tool on this machine: llama-cpp-python cannot be built (apt-get install cmake g++)." >&2
-        exit 3
-    }
-done
-if [[ "$(uname -m)" == "x86_64" ]] && ! grep -qw avx2 /proc/cpuinfo; then
-    # the portable build enables AVX2: loading it here would kill the test process (SIGILL)
-    echo "This CPU has no AVX2; the portable llama.cpp build (x86-64-v3) cannot run here." >&2
-    exit 3
-fi
+# shellcheck source=llama_build_checks.sh
+source "$(dirname "$0")/llama_build_checks.sh"
+llama_build_checks llama-cpp-python
 
 SDIST="$SRC_DIR/llama_cpp_python-$VERSION.tar.gz"
 if [[ -f "$SDIST" ]] && ! echo "$SHA256  $SDIST" | sha256sum -c - >/dev/null 2>&1; then

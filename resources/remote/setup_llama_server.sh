@@ -27,17 +27,9 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$DIR/bin/llama-server" 
     exit 0
 fi
 
-# What the build and the binary need; say which is missing rather than fail obscurely later.
-for tool in cmake c++ cc; do
-    command -v "$tool" >/dev/null 2>&1 || {
-        echo "No $tool on this machine: llama-server cannot be built (apt-get install cmake g++)." >&2
-        exit 3
-    }
-done
-if [[ "$(uname -m)" == "x86_64" ]] && ! grep -qw avx2 /proc/cpuinfo; then
-    echo "This CPU has no AVX2; the portable llama-server build (x86-64-v3) cannot run here." >&2
-    exit 3
-fi
+# shellcheck source=llama_build_checks.sh
+source "$(dirname "$0")/llama_build_checks.sh"
+llama_build_checks llama-server
 
 start=$(date +%s)
 rm -rf "$DIR/src" "$DIR/build" "$DIR/bin"
