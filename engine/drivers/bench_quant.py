@@ -123,6 +123,34 @@ def _smollm2(kind: str) -> Any:
     return open_model("smollm2-135m", device="cpu", dtype=kind, progress=lambda _m: None)
 
 
+def _llama_rows(
+    gguf: str, ids: list[int], n: int, int4: dict[str, Any], say: Callable[[str], None]
+) -> dict[str, Any]:
+    """llama.cpp on the same file, both ways it can be run here (each where it is there):
+    llama-cpp-python, and llama.cpp's own server. Their top-20 costs differ by far (the
+    binding computes every position's logits, ``logits_all``; the server its top-20 alone),
+    so the two are printed side by side rather than one standing for llama.cpp."""
+    found: dict[str, Any] = {}
+    python = llama_cpp_in_subprocess(gguf, ids, n, say)
+    server = llama_server_rates(gguf, ids, n, say)
+    for who, llama in (("llama-cpp-python", python), ("llama-server", server)):
+        if llama is None:
+            continue
+        for key, label in (("plain", "no probabilities"), ("logprobs20", "top-20 probs")):
+            extra = ""
+            if f"{key}_decode" in llama:
+                extra = (f" ({llama[f'{key}_threads']:.0f} thread(s); decode alone "
+                         f"{llama[f'{key}_decode']:.1f})")  # fmt: skip
+            say(f"   {who} on the same Q4_1 file, {label}: {llama[key]:.1f} tok/s{extra}; "
+                f"our int4 {int4['tok_s'] / llama[key]:.2f}x of it")  # fmt: skip
+            if f"{key}_decode" in llama:
+                mine = int4["decode_tok_s"]
+                say(f"      decode alone: our int4 {mine:.1f} tok/s, "
+                    f"{mine / llama[f'{key}_decode']:.2f}x of llama.cpp's")  # fmt: skip
+        found["llama_cpp" if who == "llama-cpp-python" else "llama_server"] = llama
+    return found
+
+
 def quant_section(say: Callable[[str], None], new_tokens: int = 64) -> dict[str, Any]:
     """11. The rows above, SmolLM2 first, then the Qwen2.5-0.5B shape."""
     copy_bw = copy_bandwidth()
@@ -136,23 +164,7 @@ def quant_section(say: Callable[[str], None], new_tokens: int = 64) -> dict[str,
                            copy_bw, say, "SmolLM2-135M")  # fmt: skip
     gguf = bundles["float32"].extra.get("gguf")
     if gguf:
-        llama, who = llama_cpp_in_subprocess(gguf, ids, new_tokens, say), "llama-cpp-python"
-        if llama is None:
-            llama, who = llama_server_rates(gguf, ids, new_tokens, say), "llama-server"
-        if llama is not None:
-            ours = out["smollm2"]["int4"]["tok_s"]
-            for key, label in (("plain", "no probabilities"), ("logprobs20", "top-20 probs")):
-                extra = ""
-                if f"{key}_decode" in llama:
-                    extra = (f" ({llama[f'{key}_threads']:.0f} thread(s); decode alone "
-                             f"{llama[f'{key}_decode']:.1f})")  # fmt: skip
-                say(f"   {who} on the same Q4_1 file, {label}: {llama[key]:.1f} tok/s{extra}; "
-                    f"our int4 {ours / llama[key]:.2f}x of it")  # fmt: skip
-                if f"{key}_decode" in llama:
-                    mine = out["smollm2"]["int4"]["decode_tok_s"]
-                    say(f"      decode alone: our int4 {mine:.1f} tok/s, "
-                        f"{mine / llama[f'{key}_decode']:.2f}x of llama.cpp's")  # fmt: skip
-            out["llama_cpp"] = llama | {"via": who}
+        out |= _llama_rows(gguf, ids, new_tokens, out["smollm2"]["int4"], say)
     del bundles
     gc.collect()
     qwen: dict[str, torch.nn.Module] = {}

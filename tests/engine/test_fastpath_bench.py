@@ -185,3 +185,29 @@ def test_quant_rows_survive_a_rate_that_cannot_be_measured(monkeypatch):
     rows = bench_quant._rows({"float32": tiny_llama(vocab=300)}, [5, 6], 1, 1e10, said.append, "T")
     assert "nan" in said[0] and rows["float32"]["tok_s"] > 0
     assert rows["float32"]["decode_tok_s"] != rows["float32"]["decode_tok_s"]  # NaN
+
+
+def test_llama_rows_print_both_ways_llama_cpp_runs(monkeypatch):
+    """Section 11 prints llama-cpp-python and llama-server side by side where both answer
+    (their top-20 costs differ by far), and skips the one that does not."""
+    from engine.drivers import bench_quant
+
+    py = {"plain": 90.0, "logprobs20": 24.0}
+    server = {"plain": 84.0, "logprobs20": 81.0, "plain_decode": 100.0,
+              "logprobs20_decode": 97.0, "plain_threads": 2, "logprobs20_threads": 2}  # fmt: skip
+    monkeypatch.setattr(bench_quant, "llama_cpp_in_subprocess", lambda *a: py)
+    monkeypatch.setattr(bench_quant, "llama_server_rates", lambda *a: server)
+    said: list[str] = []
+    int4 = {"tok_s": 72.0, "decode_tok_s": 77.0}
+    found = bench_quant._llama_rows("x.gguf", [1, 2], 8, int4, said.append)
+    assert found == {"llama_cpp": py, "llama_server": server}
+    text = "\n".join(said)
+    assert "llama-cpp-python on the same Q4_1 file, top-20 probs: 24.0 tok/s" in text
+    assert "our int4 3.00x of it" in text and "llama-server" in text
+    assert "decode alone: our int4 77.0 tok/s, 0.77x of llama.cpp's" in text
+    monkeypatch.setattr(bench_quant, "llama_cpp_in_subprocess", lambda *a: None)
+    said.clear()
+    assert bench_quant._llama_rows("x.gguf", [1, 2], 8, int4, said.append) == {
+        "llama_server": server
+    }
+    assert not any("llama-cpp-python on" in line for line in said)
