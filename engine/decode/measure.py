@@ -92,8 +92,8 @@ def step_columns(
     top_raw, top_ids = torch.topk(raw, n, dim=-1)  # [rows, n]
     tok = tokens.reshape(rows, 1).to(logits.device)
     chosen_raw = raw.gather(1, tok)  # [rows, 1]
-    if finite is None:  # the largest |logit| is finite (a NaN propagates through amax)
-        finite = torch.isfinite(logits.abs().amax(dim=-1))
+    if finite is None:
+        finite = all_finite(logits)
     top_cut = cut.gather(1, top_ids) if cut is not None else torch.full_like(top_ids, -1)
     # float64 keeps token ids exact
     return [
@@ -112,6 +112,13 @@ def step_columns(
     ]
 
 
+def all_finite(logits: torch.Tensor) -> torch.Tensor:
+    """[rows, vocab] -> [rows] bool: no NaN or inf in the row, as isfinite(...).all(-1) says,
+    read from the largest |logit| (a NaN propagates through amax): one vector reduction where
+    isfinite and all take 180 us on a 151,936-token CPU row."""
+    return torch.isfinite(logits.abs().amax(dim=-1))
+
+
 def finite_rows(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [rows, vocab] -> (the logits with every row holding a NaN or inf set to zeros,
     [rows] bool: whether the row was finite). A broken model's row is then harmless to sample
@@ -119,7 +126,7 @@ def finite_rows(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     the host looks first and skips the rewrite when every row is finite (torch's CPU where
     takes 260 us on a 151,936-token row); elsewhere no host sync (a CUDA graph may capture
     this)."""
-    finite = torch.isfinite(logits.abs().amax(dim=-1))  # a NaN propagates through amax
+    finite = all_finite(logits)
     if logits.device.type == "cpu" and bool(finite.all()):
         return logits, finite
     return torch.where(finite[:, None], logits, torch.zeros_like(logits)), finite

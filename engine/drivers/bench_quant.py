@@ -137,16 +137,18 @@ def _llama_rows(
         if llama is None:
             continue
         for key, label in (("plain", "no probabilities"), ("logprobs20", "top-20 probs")):
-            extra = ""
-            if f"{key}_decode" in llama:
-                extra = (f" ({llama[f'{key}_threads']:.0f} thread(s); decode alone "
-                         f"{llama[f'{key}_decode']:.1f})")  # fmt: skip
+            decode = llama.get(f"{key}_decode")  # the server's own figure; the binding has none
+            extra = (
+                ""
+                if decode is None
+                else (f" ({llama[f'{key}_threads']:.0f} thread(s); decode alone {decode:.1f})")
+            )
             say(f"   {who} on the same Q4_1 file, {label}: {llama[key]:.1f} tok/s{extra}; "
                 f"our int4 {int4['tok_s'] / llama[key]:.2f}x of it")  # fmt: skip
-            if f"{key}_decode" in llama:
+            if decode is not None:
                 mine = int4["decode_tok_s"]
                 say(f"      decode alone: our int4 {mine:.1f} tok/s, "
-                    f"{mine / llama[f'{key}_decode']:.2f}x of llama.cpp's")  # fmt: skip
+                    f"{mine / decode:.2f}x of llama.cpp's")  # fmt: skip
         found["llama_cpp" if who == "llama-cpp-python" else "llama_server"] = llama
     return found
 
