@@ -91,35 +91,3 @@ class StepState:
     def __init__(self) -> None:
         self.generator: torch.Generator | None = None
         self.mu: float | None = None
-
-
-# masked_fill on the CPU, by the integer type of the same width (a bit select)
-_BITS = {
-    torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16,
-    torch.float16: torch.int16, torch.int16: torch.int16, torch.int32: torch.int32,
-    torch.int64: torch.int64,
-}  # fmt: skip
-
-
-def fill(x: torch.Tensor, mask: torch.Tensor, value: float) -> torch.Tensor:
-    """``x.masked_fill(mask, value)``, bit for bit (NaN, -0.0 and infinities included), for a
-    ``mask`` of ``x``'s shape. On the CPU it is done as a bit select in the integer type of
-    ``x``'s width, ``x ^ ((x ^ value) & -mask)``: torch's CPU masked_fill and where run one
-    element at a time, 290 us on a 151,936-token row where these four vector ops take 80
-    (a greedy token calls it three times). Elsewhere, and for other shapes, masked_fill."""
-    ints = _BITS.get(x.dtype)
-    cpu = x.device.type == "cpu" and mask.dtype == torch.bool  # masked_fill refuses the rest
-    if not cpu or ints is None or mask.shape != x.shape:
-        return x.masked_fill(mask, value)
-    bits = _bits_of(x.dtype, ints, value)
-    xb = x if not x.is_floating_point() else x.contiguous().view(ints)
-    select = mask.to(ints).neg_()  # all ones where mask, else 0
-    out = xb ^ ((xb ^ bits) & select)
-    return out.view(x.dtype) if out.dtype != x.dtype else out
-
-
-def _bits_of(dtype: torch.dtype, ints: torch.dtype, value: float) -> int:
-    """``value`` as masked_fill would write it into a ``dtype`` tensor (the same checks: a
-    value the type cannot hold raises as it does there), read as the integer of that width."""
-    one = torch.zeros(1, dtype=dtype).masked_fill(torch.ones(1, dtype=torch.bool), value)
-    return int(one.view(ints).item()) if one.is_floating_point() else int(one.item())

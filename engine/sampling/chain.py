@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.records import StageNote
-from engine.sampling.base import NEG_INF, LogitsProcessor, StepState, fill
+from engine.sampling.base import NEG_INF, LogitsProcessor, StepState
 from engine.sampling.mirostat import Mirostat
 from engine.sampling.penalties import DRY
 from engine.sampling.sampler import (
@@ -56,7 +56,7 @@ def apply_chain(
                 report.stops = _merge(report.stops, processor.stops())
         if cut is not None:
             removed_here = (new == NEG_INF) & (scores != NEG_INF) & (cut < 0)
-            cut = fill(cut, removed_here, i)
+            cut = cut.masked_fill(removed_here, i)
         if report is not None:
             report.add(i, processor, scores, new)
         scores = new
@@ -89,7 +89,7 @@ class ChainReport:
                 self.before = before
                 self.changed_by = torch.full_like(before, -1, dtype=torch.int16)
             changed = (after != before) & (after != NEG_INF)
-            self.changed_by = fill(self.changed_by, changed, i)
+            self.changed_by = self.changed_by.masked_fill(changed, i)
             self.after = after
 
     def record(self) -> StageReport:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from engine.sampling.base import NEG_INF, LogitsProcessor, StepState, _check, _keep_top, fill
+from engine.sampling.base import NEG_INF, LogitsProcessor, StepState, _check, _keep_top
 from engine.sampling.checks import check_setting
 from engine.sampling.sorting import stable_sort
 
@@ -28,7 +28,7 @@ class TopK(LogitsProcessor):
         if k == 0 or k == scores.shape[-1]:
             return scores.clone()
         kth = torch.topk(scores, k, dim=-1).values[..., -1:]  # [batch, 1]
-        return fill(scores, scores < kth, NEG_INF)
+        return scores.masked_fill(scores < kth, NEG_INF)
 
 
 class TopP(LogitsProcessor):
@@ -57,7 +57,7 @@ class TopP(LogitsProcessor):
         remove_sorted = mass_before >= self.top_p - 1e-6
         remove_sorted[..., : self.min_tokens_to_keep] = False
         remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
-        return fill(scores, remove, NEG_INF)
+        return scores.masked_fill(remove, NEG_INF)
 
 
 class MinP(LogitsProcessor):
@@ -76,7 +76,7 @@ class MinP(LogitsProcessor):
             return scores.clone()
         # In log space: log p - log p_max = score - score_max, so no softmax is needed.
         gap = scores - scores.amax(dim=-1, keepdim=True)
-        return fill(scores, gap < math.log(self.min_p) - 1e-6, NEG_INF)
+        return scores.masked_fill(gap < math.log(self.min_p) - 1e-6, NEG_INF)
 
 
 class TypicalP(LogitsProcessor):
@@ -111,7 +111,7 @@ class TypicalP(LogitsProcessor):
         remove_sorted |= torch.isinf(sorted_distance)  # already removed tokens stay removed
         remove_sorted[..., : self.min_tokens_to_keep] = False
         remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
-        return fill(scores, remove, NEG_INF)
+        return scores.masked_fill(remove, NEG_INF)
 
 
 class TopNSigma(LogitsProcessor):
@@ -139,7 +139,7 @@ class TopNSigma(LogitsProcessor):
         if self.n <= 0 or scores.shape[-1] <= 1:
             return scores.clone()
         top, sigma = self._sigma(scores)
-        return fill(scores, scores < top - self.n * sigma, NEG_INF)
+        return scores.masked_fill(scores < top - self.n * sigma, NEG_INF)
 
     def note(self, before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
         return self._sigma(before)[1]
@@ -164,7 +164,7 @@ class EpsilonCutoff(LogitsProcessor):
         if self.epsilon <= 0:
             return scores.clone()
         remove = _keep_top(scores.softmax(-1) < self.epsilon, scores, self.min_tokens_to_keep)
-        return fill(scores, remove, NEG_INF)
+        return scores.masked_fill(remove, NEG_INF)
 
 
 class EtaCutoff(LogitsProcessor):
@@ -190,7 +190,7 @@ class EtaCutoff(LogitsProcessor):
         if self.eta <= 0:
             return scores.clone()
         remove = scores.softmax(-1) < self._cutoff(scores)
-        return fill(scores, _keep_top(remove, scores, self.min_tokens_to_keep), NEG_INF)
+        return scores.masked_fill(_keep_top(remove, scores, self.min_tokens_to_keep), NEG_INF)
 
     def note(self, before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
         return self._cutoff(before)
@@ -217,7 +217,7 @@ class TopA(LogitsProcessor):
         probs = scores.softmax(-1)
         p_max = probs.amax(-1, keepdim=True)
         remove = _keep_top(probs < self.a * p_max * p_max, scores)
-        return fill(scores, remove, NEG_INF)
+        return scores.masked_fill(remove, NEG_INF)
 
 
 class XTC(LogitsProcessor):
@@ -256,7 +256,7 @@ class XTC(LogitsProcessor):
         above = probs >= self.threshold
         least = torch.where(above, probs, 2.0).amin(-1, keepdim=True)
         fire = (draw <= self.probability) & (above.sum(-1, keepdim=True) >= 2)
-        return fill(scores, above & (probs > least) & fire, NEG_INF)
+        return scores.masked_fill(above & (probs > least) & fire, NEG_INF)
 
     def note(self, before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
         removed = (after == NEG_INF) & (before != NEG_INF)
