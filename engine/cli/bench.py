@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.add_argument(
         "--pipeline", action="store_true",
-        help="only the pipelined session vs today's (CPU; the GPU rows where CUDA is)",
+        help="only the pipelined session vs today's (CPU; the GPU rows where CUDA is; with "
+        "--gpu-only, the GPU rows alone)",
     )  # fmt: skip
     bench.add_argument("--json", default=None, help="also write the figures to this file")
     bench.set_defaults(func=run)
@@ -62,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
         print(message, flush=True)
 
     say(header())
+    if args.gpu_only and args.pipeline:  # section 11's GPU rows alone
+        from engine.drivers.bench_pipeline import gpu_pipeline_section
+
+        return _written({"pipeline_gpu": gpu_pipeline_section(say, args.new_tokens)}, args.json)
     if args.gpu_only:
         run_gpu_bench(say)
         return 0

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from engine.decode.measure import row_width, step_columns
 from engine.sampling.base import LogitsProcessor
 from engine.sampling.chain import ChainReport, apply_chain, pick
-from engine.sampling.penalties import RepetitionPenalty
+from engine.sampling.penalties import MinNewTokens, RepetitionPenalty
 from engine.sampling.sampler import Sampler
 from engine.sampling.temperature import Temperature
 from engine.sampling.truncation import MinP, TopK, TopP
@@ -46,12 +46,22 @@ WHY_NOT: dict[str, str] = {
 }
 
 
+def _idle(stage: LogitsProcessor) -> bool:
+    """A stage that changes no score whatever the run: min-new-tokens with no end-of-text id to
+    hold back (a run with its end ids off, as the bench's and the experiments' fixed-length
+    runs) is a plain copy that reads no id, so the device path runs it as it is (kept in its
+    place: the cut labels count the stages)."""
+    return isinstance(stage, MinNewTokens) and not stage.eos_token_ids
+
+
 def fallback_reason(sampler: Sampler) -> str | None:
     """None when ``sampler``'s whole chain runs as one tensor function, else why not."""
     stages = getattr(sampler, "stages", None)
     if stages is None:
         return "this sampler is not a chain of stages"
     for stage in stages:
+        if _idle(stage):
+            continue
         if type(stage) not in FUSED_STAGES:
             why = WHY_NOT.get(type(stage).__name__, "it is not one of the device path's stages")
             return f"{stage.label}: {why}"

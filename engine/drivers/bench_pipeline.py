@@ -15,6 +15,7 @@ alternated, same tokens.
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -35,14 +36,31 @@ from engine.sampling.settings import SamplerSettings
 
 Say = Callable[[str], None]
 GREEDY = SamplerSettings(temperature=0)
+DEVICE = "cuda"  # the GPU rows' device (a CPU dry run of their code sets "cpu")
 SEEDED = SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, repetition_penalty=1.1)
+
+
+GRAPH: dict[str, str] = {}  # what the last pipelined session ran its tokens on (graph_line)
+
+
+def graph_line(session: GenerationSession) -> str:
+    """Whether a pipelined session's tokens ran from the whole-token graph, in words."""
+    graph = getattr(session, "_graph", None)
+    if getattr(session, "fallback", None):
+        return f"today's step ({session.fallback})"  # type: ignore[attr-defined]
+    if graph is None:
+        return "no whole-token graph (the step is not captured here)"
+    if graph.broken is not None:
+        return graph.broken
+    return f"whole-token graph: {graph.captures} capture(s), {graph.launches} tokens replayed"
 
 
 def _session_rate(
     model: torch.nn.Module, ids: list[int], n: int, settings: SamplerSettings, piped: bool
 ) -> tuple[float, list[int]]:
     """One session's rate over ``n`` tokens (top-20, seed 3), after two tokens off the clock
-    (the GPU step and the whole-token graph are captured then)."""
+    (the GPU step and the whole-token graph are captured then). A pipelined session's graph
+    status goes to ``GRAPH["last"]``."""
     s = settings.with_(max_new_tokens=n + 2, min_new_tokens=n + 2)
     options: dict[str, Any] = dict(eos_token_ids=[], top_n=20, fast=True, seed=3)
     if piped:
@@ -52,6 +70,8 @@ def _session_rate(
     ready(session, n + 2)
     list(session.stream(2))
     records, secs = timed(model_device(model), lambda: list(session.stream(n)))
+    if piped:
+        GRAPH["last"] = graph_line(session)
     return sum(isinstance(r, Step) for r in records) / secs, session.generated_ids
 
 
@@ -104,7 +124,7 @@ def smollm2_shape(dtype: torch.dtype, layers: int = 30) -> torch.nn.Module:
         rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
     )  # fmt: skip
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to("cuda", dtype).eval()
+    model = LlamaForCausalLM(cfg).to(DEVICE, dtype).eval()
     model.generation_config.pad_token_id = 0
     return model
 
@@ -114,7 +134,7 @@ def _smollm2_rows(say: Say, dtype: torch.dtype, ids: list[int], n: int) -> dict[
     name = str(dtype).removeprefix("torch.")
     best, same = pipeline_vs_today(model, ids, n, GREEDY, with_hf=True)
     before = token_profile(model, ids)
-    after = token_profile(model, ids, session_cls=PipelinedSession)
+    after = token_profile(model, ids, session_cls=PipelinedSession, pipeline=True)
     # tok/s of the captured step with a greedy pick, nothing else (the better of two timings)
     alone = 1e3 / min(before.step_ms, after.step_ms)
     say("   " + line(f"11. SmolLM2 shape, {name}, top-20, pipelined", best["pipelined"],
@@ -123,7 +143,7 @@ def _smollm2_rows(say: Say, dtype: torch.dtype, ids: list[int], n: int) -> dict[
                      "piped", "today"))  # fmt: skip
     say("   " + line("    vs the captured step alone", best["pipelined"], alone, "tok/s",
                      "piped", "step"))  # fmt: skip
-    say(f"   same tokens as today's session: {'yes' if same else 'NO'}")
+    say(f"   same tokens as today's session: {'yes' if same else 'NO'}; {GRAPH.get('last')}")
     say(f"   before (today's): {before.describe()}")
     say(f"   after (pipelined): {after.describe()}")
     return {**best, "step_alone": alone, "identical": same,
@@ -169,14 +189,34 @@ def gpu_pipeline_section(say: Say, n: int = 128) -> dict[str, Any] | None:
     ids = [(37 * i + 11) % 5000 + 100 for i in range(16)]
     out: dict[str, Any] = {}
     for dtype in (torch.bfloat16, torch.float32):
-        out[str(dtype).removeprefix("torch.")] = _smollm2_rows(say, dtype, ids, n)
+        name = str(dtype).removeprefix("torch.")
+        out[name] = _reported(say, f"SmolLM2 shape, {name}", _smollm2_rows, say, dtype, ids, n)
     for name in ("Qwen2.5-0.5B", "Gemma-3-270m"):
-        model = family_model(name, torch.bfloat16).to("cuda")
-        best, same = pipeline_vs_today(model, ids, n, GREEDY, with_hf=True)
-        say("   " + line(f"11. {name} shape, bf16, pipelined", best["pipelined"], best["hf"],
-                         "tok/s", "piped", "HF"))  # fmt: skip
-        say(f"   vs today's {best['today']:.1f} tok/s; same tokens: {'yes' if same else 'NO'}")
-        out[name] = {**best, "identical": same}
-        del model
-    out["per_accepted"] = _per_accepted(say, ids, n, out["bfloat16"]["pipelined"])
+        out[name] = _reported(say, name, _family_rows, say, name, ids, n)
+    plain = (out.get("bfloat16") or {}).get("pipelined")
+    if plain:
+        spec = _reported(say, "per accepted token", _per_accepted, say, ids, n, plain)
+        out["per_accepted"] = spec
     return out
+
+
+def _family_rows(say: Say, name: str, ids: list[int], n: int) -> dict[str, Any]:
+    model = family_model(name, torch.bfloat16).to(DEVICE)
+    best, same = pipeline_vs_today(model, ids, n, GREEDY, with_hf=True)
+    say("   " + line(f"11. {name} shape, bf16, pipelined", best["pipelined"], best["hf"],
+                     "tok/s", "piped", "HF"))  # fmt: skip
+    say(f"   vs today's {best['today']:.1f} tok/s; same tokens: {'yes' if same else 'NO'}; "
+        f"{GRAPH.get('last')}")  # fmt: skip
+    return {**best, "identical": same}
+
+
+def _reported(say: Say, what: str, rows: Callable[..., Any], *args: Any) -> Any:
+    """``rows(*args)``, or None with the failure in one line: one row's error does not lose
+    the rows after it (a GPU lease is short)."""
+    try:
+        return rows(*args)
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        say(f"   11. {what}: failed, {type(exc).__name__}: {str(exc).splitlines()[0][:300]} "
+            f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")  # fmt: skip
+        return None

@@ -5,6 +5,7 @@ with a greedy pick, so the line says whether the step or the session's own work 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -37,13 +38,15 @@ def token_profile(
     ids: list[int],
     n: int = 16,
     session_cls: type[GenerationSession] = GenerationSession,
+    **options: Any,
 ) -> TokenProfile:
     """Profile ``n`` greedy session tokens (after the capture and a warm-up), then time the
     session's own stepper for ``n`` tokens with nothing but an argmax between them.
-    ``session_cls``: today's session, or ``engine.decode.pipeline.PipelinedSession``."""
+    ``session_cls``: today's session, or ``engine.decode.pipeline.PipelinedSession`` (with
+    ``pipeline=True`` in ``options`` where it is not on by default)."""
     device = model_device(model)
     settings = SamplerSettings(temperature=0, max_new_tokens=3 * n + 8, min_new_tokens=3 * n + 8)
-    session = session_cls(model, ids, settings, eos_token_ids=[], top_n=20, fast=True)
+    session = session_cls(model, ids, settings, eos_token_ids=[], top_n=20, fast=True, **options)
     ready(session, 3 * n + 8)
     stream = session.stream()
     for _ in range(4):  # warm: the first tokens pay the allocator and the caches

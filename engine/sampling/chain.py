@@ -186,4 +186,16 @@ def pick(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> torch
     if greedy:
         # the first maximum, as argmax; torch.max's reduction is 3x faster on the CPU
         return probs.max(-1).indices.reshape(1)
-    return torch.multinomial(probs, 1, generator=generator)
+    return draw(probs, generator)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """probs: [vocab] -> [1], the token ``torch.multinomial(probs, 1, generator=generator)``
+    draws, from the same random numbers (what transformers' sampling calls, so seeded runs
+    reproduce it): one Exp(1) per token, the largest p / q. Written out because multinomial
+    first checks the row on the host (``.item()`` in the torch releases before its checks
+    became asynchronous), which a CUDA graph cannot capture; the rows here come from a
+    softmax of finite scores, so there is nothing to check. ``tests/engine/test_draw.py``
+    holds it to multinomial, token and generator state."""
+    q = torch.empty_like(probs).exponential_(1, generator=generator)
+    return (probs / q).argmax(-1, keepdim=True)

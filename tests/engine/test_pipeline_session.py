@@ -197,3 +197,16 @@ def test_a_chain_swapped_between_tokens_without_the_setter_still_lands():
 
     both(today, piped, swapped)
     assert piped.discarded == 1 and piped.history[3].survivors <= 5
+
+
+def test_min_new_tokens_without_end_ids_stays_on_the_device_path():
+    """A fixed-length run (end ids off, min new tokens = max, as the bench runs) has an idle
+    min-new-tokens stage: the pipeline leaves it out instead of falling back; with end ids the
+    stage holds them back on the host path, and says so."""
+    fixed = SEEDED.with_(min_new_tokens=12)
+    today, piped = pair(fixed, eos_token_ids=[])
+    both(today, piped, lambda s: list(s.stream()))
+    assert piped.fallback is None and piped.launched_ahead == 11
+    today, piped = pair(fixed, eos_token_ids=[TOK.eos_token_id])
+    both(today, piped, lambda s: list(s.stream()))
+    assert "min new tokens" in piped.fallback and piped.launched_ahead == 0

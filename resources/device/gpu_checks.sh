@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The checks a task with a GPU runs first, as one bounded command on the device machine
+# (the device tool's `run`): the whole-token graph's CUDA tests, then the bench's GPU rows
+# of section 11 (the pipelined session). Each part has its own time limit, so one that
+# hangs or fails does not lose the others; logs and figures go to $OUT.
+#
+# There: torch and transformers are the machine's own; PySide6 is absent (the engine never
+# imports Qt) and pydantic travels as wheels in .whl (carry: [".whl"]), made here with
+# `pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .whl pydantic==...`.
+# Usage: bash resources/device/gpu_checks.sh [tests|bench|static|section7]...  (default: tests bench)
+set -u
+PY=${PY:-python3}  # the machine's Python (there: the one that holds PyTorch)
+OUT=${OUT:-/tmp/gpu-checks}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+if ls .whl/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+"$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', \
+transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')" \
+    2>&1 | tee "$OUT/versions.txt"
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider -p no:pytest-qt -rfEs -o timeout=240)
+start=$(date +%s)
+part() {  # name, seconds, command...
+    local name=$1 secs=$2
+    shift 2
+    echo "== $name (at most ${secs} s, $(($(date +%s) - start)) s in)" | tee -a "$OUT/parts.txt"
+    timeout --kill-after=10 "$secs" "$@" 2>&1 | tee "$OUT/$name.log"
+    echo "== $name: exit ${PIPESTATUS[0]} after $(($(date +%s) - start)) s" | tee -a "$OUT/parts.txt"
+}
+for what in "${@:-tests bench}"; do
+    for w in $what; do
+        case $w in
+            tests) part tests "${TESTS_S:-150}" "${PYTEST[@]}" tests/engine/test_token_graph_cuda.py \
+                tests/engine/test_warm_up.py -k "cuda" ;;
+            bench) part bench "${BENCH_S:-300}" "$PY" main.py bench --gpu-only --pipeline \
+                --new-tokens "${NEW_TOKENS:-128}" --json "$OUT/pipeline.json" ;;
+            static) part static "${STATIC_S:-200}" "${PYTEST[@]}" tests/engine/test_static_step.py -k cuda ;;
+            section7) part section7 "${SECTION7_S:-300}" "$PY" main.py bench --gpu-only ;;
+            *) echo "unknown part: $w" ;;
+        esac
+    done
+done
