@@ -32,7 +32,7 @@ part() {  # name, seconds, command...
 for what in "${@:-tests bench}"; do
     for w in $what; do
         case $w in
-            tests) part tests "${TESTS_S:-150}" "${PYTEST[@]}" tests/engine/test_token_graph_cuda.py \
+            tests) part tests "${TESTS_S:-150}" "${PYTEST[@]}" tests/engine/test_token_graph_cuda.py tests/engine/test_draw.py \
                 tests/engine/test_warm_up.py -k "cuda" ;;
             bench) part bench "${BENCH_S:-300}" "$PY" main.py bench --gpu-only --pipeline \
                 --new-tokens "${NEW_TOKENS:-128}" --json "$OUT/pipeline.json" ;;
