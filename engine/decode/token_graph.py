@@ -12,8 +12,8 @@ A graph is captured per (cache capacity, chain plan): a new capacity or new sett
 again (the forward pass is compiled once per capacity and shared, ``compiled_step``). Anything
 that fails falls back, with the reason, to the eager device path (``feed_device`` below).
 
-Not yet run on a GPU (the task that wrote it had none): ``tests/engine/test_token_graph_cuda.py``
-checks it against today's session where CUDA is present.
+``tests/engine/test_token_graph_cuda.py`` checks it against today's session where CUDA is
+present (passed on an H100, torch 2.11; figures in resources/notes/pipeline-gpu.md).
 """
 
 from __future__ import annotations

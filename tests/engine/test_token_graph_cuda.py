@@ -1,7 +1,7 @@
 """CUDA only: the whole token replayed from one graph (``engine.decode.token_graph``) inside the
 pipelined session gives today's records, record for record, and really runs from the graph.
-Every test skips, with the reason, where there is no CUDA device (written on a machine without
-one: these are the checks a GPU task runs first)."""
+Every test skips, with the reason, where there is no CUDA device; a GPU task runs them first
+(``resources/device/gpu_checks.sh``; they passed on an H100 with torch 2.11)."""
 
 import pytest
 import torch
