@@ -7,7 +7,8 @@
 # There: torch and transformers are the machine's own; PySide6 is absent (the engine never
 # imports Qt) and pydantic travels as wheels in .whl (carry: [".whl"]), made here with
 # `pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .whl pydantic==...`.
-# Usage: bash resources/device/gpu_checks.sh [tests|bench|static|section7]...  (default: tests bench)
+# Usage: bash resources/device/gpu_checks.sh [tests|bench|static|row|section7]...
+# (default: tests bench)
 set -u
 PY=${PY:-python3}  # the machine's Python (there: the one that holds PyTorch)
 OUT=${OUT:-/tmp/gpu-checks}
@@ -37,6 +38,8 @@ for what in "${@:-tests bench}"; do
             bench) part bench "${BENCH_S:-300}" "$PY" main.py bench --gpu-only --pipeline \
                 --new-tokens "${NEW_TOKENS:-128}" --json "$OUT/pipeline.json" ;;
             static) part static "${STATIC_S:-200}" "${PYTEST[@]}" tests/engine/test_static_step.py -k cuda ;;
+            row) part row "${ROW_S:-200}" env PYTHONPATH=".:${PYTHONPATH:-}" "$PY" \
+                resources/device/smollm2_row.py ;;
             section7) part section7 "${SECTION7_S:-300}" "$PY" main.py bench --gpu-only ;;
             *) echo "unknown part: $w" ;;
         esac

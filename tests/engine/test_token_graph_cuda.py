@@ -77,3 +77,19 @@ def test_the_host_is_one_token_behind_not_waiting_per_token():
     assert piped._ahead is not None and piped._ahead.index == records[-1].index + 1
     stream.close()
     assert piped._ahead is None and piped.discarded == 1
+
+
+def test_the_pipeline_is_on_by_default_on_cuda():
+    """The window's session (``PipelinedSession`` with no ``pipeline`` argument) takes the
+    whole-token graph on CUDA, and still gives today's records."""
+    from engine.decode.session import GenerationSession
+    from tests.engine.test_pipeline_session import PROMPT, TOK
+
+    model = tiny_llama(0).to("cuda")
+    common = dict(tokenizer=TOK, top_n=20, seed=11, fast=True)
+    today = GenerationSession(model, PROMPT, SEEDED, **common)
+    piped = PipelinedSession(model, PROMPT, SEEDED, **common)
+    assert piped.pipeline
+    both(today, piped, lambda s: list(s.stream()))
+    assert_same_steps(piped.history, today.history)
+    assert graph_of(piped).launches == len(piped.history)
