@@ -46,9 +46,9 @@ from engine.step.stepper import catch_up, to_feed
 # overlaps nothing and only adds the discarded tokens' work. CUDA: on, measured on an H100
 # (resources/notes/pipeline-gpu.md: tests/engine/test_token_graph_cuda.py passed there, and the
 # SmolLM2 shape in bf16 with top-20 ran 742.6 tok/s against today's 432.1);
-# DECODING_LAB_PIPELINE=0 turns it off there.
-_ASKED = os.environ.get("DECODING_LAB_PIPELINE", "")
-ON_BY_DEFAULT = {"cuda": _ASKED != "0", "cpu": False}
+# DECODING_LAB_PIPELINE=0 (or false, off, no) turns it off there.
+_ASKED = os.environ.get("DECODING_LAB_PIPELINE", "").strip().lower()
+ON_BY_DEFAULT = {"cuda": _ASKED not in ("0", "false", "off", "no"), "cpu": False}
 
 
 class RowBuffer:

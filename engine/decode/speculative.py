@@ -76,7 +76,9 @@ class ModelDrafter:
         qs = []
         seq = list(ids)
         for _ in range(k):
-            logits = self.stepper.logits(seq)[0]  # [vocab]
+            # a broken draft row (NaN, inf) becomes zeros: q is then the chain over flat
+            # scores, still a distribution, and the target's check keeps the output exact
+            logits = finite_rows(self.stepper.logits(seq)[-1:])[0][0]  # [vocab]
             q = sampler_probs(sampler, seq, logits)
             if sampler.report().stop(0) is not None:
                 break  # the grammar cannot go on from here: the target's pass will say so

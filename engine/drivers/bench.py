@@ -65,7 +65,13 @@ def ours_rate(
     settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
 
     def make() -> GenerationSession:  # the window's session: pipelined where that pays
-        return PipelinedSession.over(bundle, ids, settings, top_n=top_n, fast=fast)
+        # n tokens by the end ids' absence, not by min-new-tokens holding them back (a stage
+        # the device path does not run: the session would take today's step on CUDA); on
+        # CUDA the whole-token graph is captured at the run's first token, inside the clock,
+        # as in the window
+        return PipelinedSession.over(
+            bundle, ids, settings, top_n=top_n, fast=fast, eos_token_ids=()
+        )
 
     list(make().stream(4))  # warm-up
     session = ready(make(), n)  # on CUDA: this session's own capture, before the clock

@@ -8,8 +8,8 @@ alternated, same tokens.
   generate, today's session and the captured step alone; the profiler's kernels, GPU busy share
   and host idle per token before (today's) and after (pipelined); the Qwen2.5-0.5B and Gemma-3
   shapes against generate; speculative decoding (n-gram, draft model) and beam search per
-  accepted token against plain decoding. Written without a GPU to run it on: its first run is
-  the next GPU task's.
+  accepted token against plain decoding. First run on an H100 at stop 42
+  (resources/notes/pipeline-gpu.md).
 """
 
 from __future__ import annotations
@@ -217,6 +217,7 @@ def _reported(say: Say, what: str, rows: Callable[..., Any], *args: Any) -> Any:
         return rows(*args)
     except Exception as exc:  # noqa: BLE001 - report and go on
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        say(f"   11. {what}: failed, {type(exc).__name__}: {str(exc).splitlines()[0][:300]} "
+        first = (str(exc).splitlines() or [""])[0][:300]  # a bare assert has no message
+        say(f"   11. {what}: failed, {type(exc).__name__}: {first} "
             f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")  # fmt: skip
         return None

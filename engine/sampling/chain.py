@@ -194,8 +194,10 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     draws, from the same random numbers (what transformers' sampling calls, so seeded runs
     reproduce it): one Exp(1) per token, the largest p / q. Written out because multinomial
     first checks the row on the host (``.item()`` in the torch releases before its checks
-    became asynchronous), which a CUDA graph cannot capture; the rows here come from a
-    softmax of finite scores, so there is nothing to check. ``tests/engine/test_draw.py``
+    became asynchronous), which a CUDA graph cannot capture. The callers' rows need no check:
+    a softmax of scores made finite first (``engine.decode.measure.finite_rows``; -inf where
+    a stage cut a token), or speculative decoding's residual, drawn only when its sum is
+    positive. ``tests/engine/test_draw.py``
     holds it to multinomial, token and generator state."""
     q = torch.empty_like(probs).exponential_(1, generator=generator)
     return (probs / q).argmax(-1, keepdim=True)

@@ -291,11 +291,13 @@ def static_stepper_or_none(model: torch.nn.Module, **kwargs: Any) -> StaticStepp
 
 def _warmable(session: Any) -> list[tuple[Any, int]]:
     """The steppers a session decodes with that can be warmed up (a ``StaticStepper`` on
-    CUDA), each with how many tokens it runs past the session's ids: the model's (none), and
-    a draft model's (up to gamma, drafted in a round)."""
+    CUDA), each with how many tokens it runs past the session's ids: the model's (none; one
+    for a pipelined session, which launches the next token before the host has read the one
+    before it), and a draft model's (up to gamma, drafted in a round)."""
     drafter = getattr(session, "drafter", None)
+    ahead = 1 if getattr(session, "pipeline", False) else 0  # engine.decode.pipeline
     found = [
-        (getattr(session, "stepper", None), 0),
+        (getattr(session, "stepper", None), ahead),
         (getattr(drafter, "stepper", None), getattr(session, "gamma", 0)),
     ]
     return [(s, past) for s, past in found if hasattr(s, "needs_warm_up")]

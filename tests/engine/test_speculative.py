@@ -311,3 +311,34 @@ def test_stages_with_notes_run_in_speculative_sessions(stage):
                 assert (a.before_p, a.after_p) == pytest.approx((b.before_p, b.after_p), abs=1e-6)
         if "repetition_penalty" in stage:  # the columns reach later rows' steps too
             assert any(c.penalised_by and c.before_p > 0 for s in steps[1:] for c in s.candidates)
+
+
+class _Logits:
+    """A draft stepper whose rows are ``fill`` everywhere (NaN: a broken draft model)."""
+
+    def __init__(self, inner, fill: float) -> None:
+        self.inner, self.fill = inner, fill
+
+    def logits(self, ids, keep=1):
+        return torch.full_like(self.inner.logits(ids, keep), self.fill)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_a_draft_model_gone_nan_drafts_as_a_flat_one(temperature):
+    """A draft row of NaN is read as zeros (a flat draft): the same tokens and records as a
+    draft model whose logits are all zero, and, greedy, the target's own tokens; never a
+    silent token 0 from a NaN residual."""
+    settings = SamplerSettings(temperature=temperature, max_new_tokens=10, seed=4)
+    runs = []
+    for fill in (float("nan"), 0.0):
+        drafter = ModelDrafter(tiny_llama(1))
+        drafter.stepper = _Logits(drafter.stepper, fill)
+        spec = SpeculativeSession(tiny_llama(0), PROMPT, drafter, settings, eos_token_ids=[])
+        runs.append(spec.run(10))
+    assert runs[0] == runs[1] and len(runs[0]) == 10
+    if temperature == 0.0:
+        plain = GenerationSession(tiny_llama(0), PROMPT, settings, eos_token_ids=[])
+        assert runs[0] == [s.token_id for s in plain.stream()]

@@ -143,6 +143,41 @@ def test_a_run_that_outgrows_the_cache_is_prepared_again_between_tokens():
     assert isinstance(records[-1], RunSummary) and records[-1].tokens == 12
 
 
+class Fed(Growing):
+    """A ``Growing`` stepper that notes each feed that reached past the captured cache (what a
+    StaticStepper on CUDA would then compile and capture inside that token)."""
+
+    def __init__(self, inner, capacity: int) -> None:
+        super().__init__(inner, capacity)
+        self.past_capacity: list[tuple[int, int]] = []
+
+    def logits(self, ids, keep=1):
+        if len(ids) > self.capacity:
+            self.past_capacity.append((len(ids), self.capacity))
+        return self.inner.logits(ids, keep)
+
+
+def test_a_pipelined_run_is_prepared_one_token_ahead():
+    """The pipelined session launches token t+1 before token t is read, so its cache must hold
+    one token more than today's session's: warmed between tokens, never grown inside one."""
+    from engine.decode.pipeline import PipelinedSession
+
+    model = tiny_llama()
+    settings = GREEDY.with_(max_new_tokens=12, min_new_tokens=12)
+    want = [s.token_id for s in _session(model).stream(12)]
+    session = PipelinedSession(model, PROMPT, settings, eos_token_ids=[], fast=True, pipeline=True)
+    session.stepper = Fed(session.stepper, capacity=8)
+    records = list(live(session, prepared(session, session.stream())))
+    assert session.stepper.past_capacity == []
+    # warmed for 9 and 17 tokens, as today's session is, but one token earlier: after the
+    # 2nd and the 10th new token (today's: the 3rd and the 11th)
+    assert session.stepper.calls == [9, 17]
+    lines = [i for i, r in enumerate(records) if isinstance(r, Progress)]
+    assert [sum(isinstance(r, Step) for r in records[:i]) for i in lines] == [2, 2, 10, 10]
+    assert [r.token_id for r in records if isinstance(r, Step)] == want
+    assert session.launched_ahead > 0
+
+
 def test_nothing_is_captured_after_the_token_that_ended_the_run():
     model = tiny_llama()
     settings = GREEDY.with_(max_new_tokens=12, min_new_tokens=0)
