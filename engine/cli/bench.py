@@ -63,13 +63,8 @@ def run(args: argparse.Namespace) -> int:
         print(message, flush=True)
 
     say(header())
-    if args.gpu_only and args.pipeline:  # section 11's GPU rows alone
-        from engine.drivers.bench_pipeline import gpu_pipeline_section
-
-        return _written({"pipeline_gpu": gpu_pipeline_section(say, args.new_tokens)}, args.json)
     if args.gpu_only:
-        run_gpu_bench(say)
-        return 0
+        return _gpu_only(args, say, run_gpu_bench)
     figures: dict = {}
     if args.families:
         figures["families"] = family_section(say, args.family_tokens)
@@ -107,6 +102,19 @@ def run(args: argparse.Namespace) -> int:
         figures.update(args.gui_bench(bundle, say, args))
     run_gpu_bench(say)
     return _written(figures, args.json)
+
+
+def _gpu_only(
+    args: argparse.Namespace, say: Callable[[str], None], run_gpu_bench: Callable[..., None]
+) -> int:
+    """``--gpu-only``: the GPU part (sections 7 and 11); with ``--pipeline``, section 11's GPU
+    rows alone."""
+    if args.pipeline:
+        from engine.drivers.bench_pipeline import gpu_pipeline_section
+
+        return _written({"pipeline_gpu": gpu_pipeline_section(say, args.new_tokens)}, args.json)
+    run_gpu_bench(say)
+    return 0
 
 
 def _pipeline_only(args: argparse.Namespace, say: Callable[[str], None]) -> int:
