@@ -78,7 +78,7 @@ class ModelDrafter:
         for _ in range(k):
             # a broken draft row (NaN, inf) becomes zeros: q is then the chain over flat
             # scores, still a distribution, and the target's check keeps the output exact
-            logits = finite_rows(self.stepper.logits(seq)[-1:])[0][0]  # [vocab]
+            logits = finite_rows(self.stepper.logits(seq))[0][0]  # [vocab]
             q = sampler_probs(sampler, seq, logits)
             if sampler.report().stop(0) is not None:
                 break  # the grammar cannot go on from here: the target's pass will say so

@@ -36,11 +36,7 @@ from engine.sampling.settings import SamplerSettings
 
 Say = Callable[[str], None]
 GREEDY = SamplerSettings(temperature=0)
-DEVICE = "cuda"  # the GPU rows' device (a CPU dry run of their code sets "cpu")
 SEEDED = SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, repetition_penalty=1.1)
-
-
-GRAPH: dict[str, str] = {}  # what the last pipelined session ran its tokens on (graph_line)
 
 
 def graph_line(session: GenerationSession) -> str:
@@ -57,10 +53,10 @@ def graph_line(session: GenerationSession) -> str:
 
 def _session_rate(
     model: torch.nn.Module, ids: list[int], n: int, settings: SamplerSettings, piped: bool
-) -> tuple[float, list[int]]:
+) -> tuple[float, list[int], str]:
     """One session's rate over ``n`` tokens (top-20, seed 3), after two tokens off the clock
-    (the GPU step and the whole-token graph are captured then). A pipelined session's graph
-    status goes to ``GRAPH["last"]``."""
+    (the GPU step and the whole-token graph are captured then), its tokens, and what they ran
+    on (``graph_line``)."""
     s = settings.with_(max_new_tokens=n + 2, min_new_tokens=n + 2)
     options: dict[str, Any] = dict(eos_token_ids=[], top_n=20, fast=True, seed=3)
     if piped:
@@ -70,9 +66,8 @@ def _session_rate(
     ready(session, n + 2)
     list(session.stream(2))
     records, secs = timed(model_device(model), lambda: list(session.stream(n)))
-    if piped:
-        GRAPH["last"] = graph_line(session)
-    return sum(isinstance(r, Step) for r in records) / secs, session.generated_ids
+    rate = sum(isinstance(r, Step) for r in records) / secs
+    return rate, session.generated_ids, graph_line(session)
 
 
 def pipeline_vs_today(
@@ -81,24 +76,26 @@ def pipeline_vs_today(
     n: int,
     settings: SamplerSettings,
     with_hf: bool = False,
-) -> tuple[dict[str, float], bool]:
+) -> tuple[dict[str, float], bool, str]:
     """Best rates of today's session, the pipelined one (and generate), warmed up and
-    alternated; whether the two sessions made the same tokens."""
+    alternated; whether the two sessions made the same tokens; what the pipelined session's
+    tokens ran on (``graph_line``)."""
     tokens: dict[str, list[int]] = {}
-    runs: dict[str, Callable[[int], tuple[float, list[int]]]] = {
+    ran: dict[str, str] = {}
+    runs: dict[str, Callable[[int], tuple[float, list[int], str]]] = {
         "today": lambda k: _session_rate(model, ids, k, settings, piped=False),
         "pipelined": lambda k: _session_rate(model, ids, k, settings, piped=True),
-        **({"hf": lambda k: _generate_rate(model, ids, k)} if with_hf else {}),
+        **({"hf": lambda k: (*_generate_rate(model, ids, k), "")} if with_hf else {}),
     }
     for run in runs.values():  # warm-up: packing, compile, capture
         run(4)
 
     def measured(kind: str) -> float:
-        rate, tokens[kind] = runs[kind](n)
+        rate, tokens[kind], ran[kind] = runs[kind](n)
         return rate
 
     best = alternate({k: (lambda k=k: measured(k)) for k in runs}, rounds=3)
-    return best, tokens["today"] == tokens["pipelined"]
+    return best, tokens["today"] == tokens["pipelined"], ran["pipelined"]
 
 
 def cpu_pipeline_section(bundle: Any, say: Say, n: int = 64) -> dict[str, Any]:
@@ -106,10 +103,10 @@ def cpu_pipeline_section(bundle: Any, say: Say, n: int = 64) -> dict[str, Any]:
     ids = bundle.encode_prompt("Write a short poem about the sea.")
     out: dict[str, Any] = {}
     for name, settings in (("greedy", GREEDY), ("seeded top-k/top-p/penalty", SEEDED)):
-        best, same = pipeline_vs_today(bundle.model, ids, n, settings)
+        best, same, ran = pipeline_vs_today(bundle.model, ids, n, settings)
         say(line(f"11. pipelined vs today's session, CPU, {name}", best["pipelined"],
                  best["today"], "tok/s", "piped", "today"))  # fmt: skip
-        say(f"   same tokens: {'yes' if same else 'NO'}; load {os.getloadavg()[0]:.2f}")
+        say(f"   same tokens: {'yes' if same else 'NO'}; {ran}; load {os.getloadavg()[0]:.2f}")
         out[name] = {**best, "identical": same}
     return out
 
@@ -124,7 +121,7 @@ def smollm2_shape(dtype: torch.dtype, layers: int = 30) -> torch.nn.Module:
         rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
     )  # fmt: skip
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(DEVICE, dtype).eval()
+    model = LlamaForCausalLM(cfg).to("cuda", dtype).eval()
     model.generation_config.pad_token_id = 0
     return model
 
@@ -132,7 +129,7 @@ def smollm2_shape(dtype: torch.dtype, layers: int = 30) -> torch.nn.Module:
 def _smollm2_rows(say: Say, dtype: torch.dtype, ids: list[int], n: int) -> dict[str, Any]:
     model = smollm2_shape(dtype)
     name = str(dtype).removeprefix("torch.")
-    best, same = pipeline_vs_today(model, ids, n, GREEDY, with_hf=True)
+    best, same, ran = pipeline_vs_today(model, ids, n, GREEDY, with_hf=True)
     before = token_profile(model, ids)
     after = token_profile(model, ids, session_cls=PipelinedSession, pipeline=True)
     # tok/s of the captured step with a greedy pick, nothing else (the better of two timings)
@@ -143,7 +140,7 @@ def _smollm2_rows(say: Say, dtype: torch.dtype, ids: list[int], n: int) -> dict[
                      "piped", "today"))  # fmt: skip
     say("   " + line("    vs the captured step alone", best["pipelined"], alone, "tok/s",
                      "piped", "step"))  # fmt: skip
-    say(f"   same tokens as today's session: {'yes' if same else 'NO'}; {GRAPH.get('last')}")
+    say(f"   same tokens as today's session: {'yes' if same else 'NO'}; {ran}")
     say(f"   before (today's): {before.describe()}")
     say(f"   after (pipelined): {after.describe()}")
     return {**best, "step_alone": alone, "identical": same,
@@ -201,12 +198,11 @@ def gpu_pipeline_section(say: Say, n: int = 128) -> dict[str, Any] | None:
 
 
 def _family_rows(say: Say, name: str, ids: list[int], n: int) -> dict[str, Any]:
-    model = family_model(name, torch.bfloat16).to(DEVICE)
-    best, same = pipeline_vs_today(model, ids, n, GREEDY, with_hf=True)
+    model = family_model(name, torch.bfloat16).to("cuda")
+    best, same, ran = pipeline_vs_today(model, ids, n, GREEDY, with_hf=True)
     say("   " + line(f"11. {name} shape, bf16, pipelined", best["pipelined"], best["hf"],
                      "tok/s", "piped", "HF"))  # fmt: skip
-    say(f"   vs today's {best['today']:.1f} tok/s; same tokens: {'yes' if same else 'NO'}; "
-        f"{GRAPH.get('last')}")  # fmt: skip
+    say(f"   vs today's {best['today']:.1f} tok/s; same tokens: {'yes' if same else 'NO'}; {ran}")
     return {**best, "identical": same}
 
 

@@ -197,7 +197,7 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     became asynchronous), which a CUDA graph cannot capture. The callers' rows need no check:
     a softmax of scores made finite first (``engine.decode.measure.finite_rows``; -inf where
     a stage cut a token), or speculative decoding's residual, drawn only when its sum is
-    positive. ``tests/engine/test_draw.py``
-    holds it to multinomial, token and generator state."""
+    positive. ``tests/engine/test_draw.py`` holds it to multinomial, token and generator
+    state."""
     q = torch.empty_like(probs).exponential_(1, generator=generator)
     return (probs / q).argmax(-1, keepdim=True)
