@@ -66,7 +66,9 @@ def header(threads: int | None = None) -> str:
 
 def _width(w: torch.Tensor, s: torch.Tensor) -> int:
     """The input width K of a step's matrix as the model holds it (before oneDNN's packing):
-    float or int8 [N, K], int4 packed two to a byte [N, K / 2]."""
+    float or int8 [N, K], int4 packed two to a byte [N, K / 2], int8 packed for oneDNN [K, N]."""
+    if w.is_mkldnn:
+        return w.shape[0]
     return w.shape[-1] * 2 if s.numel() and w.dtype == torch.uint8 else w.shape[-1]
 
 

@@ -8,6 +8,8 @@ The plan for each matrix:
 * ``int8``: int8 with one scale per row, rounded here from the model's weights;
 * ``int4``: int4 in groups of 32, except the output head, which stays int8 per row (llama.cpp's
   4-bit files keep it at 6 or 8 bits too: a token's logits all come from it);
+* the int8 head's product runs on oneDNN's int8 matmul where the CPU has it
+  (``engine.quant.onednn``: faster on a large vocabulary, float32 logits);
 * a matrix whose shape one format cannot take falls back to the other, or stays bfloat16, and
   the summary names it with the reason;
 * integers made elsewhere (a GGUF file's own 4-bit blocks, ``engine.quant.gguf``) are used as
@@ -66,11 +68,14 @@ class QuantSummary:
     kind: str
     origins: Counter[str] = field(default_factory=Counter)
     kept: list[str] = field(default_factory=list)
+    head_on_onednn: bool = False
 
     def describe(self) -> str:
         parts = [f"{n} × {origin}" for origin, n in self.origins.most_common()]
         if self.kept:
             parts.append(f"{len(self.kept)} kept in bfloat16 ({self.kept[0]})")
+        if self.head_on_onednn:
+            parts.append("the head's product on oneDNN's int8 matmul")
         return f"{self.kind}: " + "; ".join(parts)
 
 
@@ -147,10 +152,14 @@ def install(
 
 
 def finish(model: nn.Module, summary: QuantSummary) -> QuantSummary:
-    """The rest of the model to bfloat16, and the summary kept on it."""
+    """The rest of the model to bfloat16, the head's product to oneDNN where it runs here,
+    and the summary kept on it."""
     if getattr(model.config, "tie_word_embeddings", False):
         model.config.tie_word_embeddings = False  # the head is its own integers now
     model.to(COMPUTE)  # embeddings, norms, biases and any matrix kept as it was
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(head, QuantLinear):
+        summary.head_on_onednn = head.use_onednn()
     model.decoding_lab_quant = summary
     return summary
 

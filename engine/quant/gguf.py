@@ -150,8 +150,9 @@ def _save(model: nn.Module, summary: QuantSummary, folder: Path) -> None:
     tensors, origins = {}, {}
     for name, m in model.named_modules():
         if isinstance(m, QuantLinear):
-            tensors[f"{name}.q"] = m.qweight.contiguous()
-            tensors[f"{name}.s"] = m.scales.contiguous()
+            q, s = m.stored()
+            tensors[f"{name}.q"] = q.contiguous()
+            tensors[f"{name}.s"] = s.contiguous()
             origins[name] = m.origin
     save_file(tensors, str(tmp / TENSORS))
     manifest = {"kind": summary.kind, "origins": origins, "kept": summary.kept,

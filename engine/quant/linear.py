@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from engine.quant import onednn
 from engine.quant.formats import COMPUTE, INT4, INT8, ROW_BLOCK
 from engine.step.kernels import mm
 
@@ -23,8 +24,9 @@ def _aligned(t: Tensor) -> Tensor:
 class QuantLinear(nn.Module):
     """``y = x @ W.T + b`` with W int8 per row (``qweight`` int8 [N, K], ``scales`` [N]) or
     int4 in groups (``qweight`` packed uint8 [N, K / 2], ``scales`` [K / G, N, 2]). The input
-    is cast to bfloat16 for the kernel and the output back to the input's dtype. ``origin``
-    says where the integers came from (rounded here, or a GGUF file's own blocks)."""
+    is cast to bfloat16 for the kernel and the output back to the input's dtype, except where
+    the product gives float32 (an int8 head on oneDNN, ``use_onednn``: logits stay float32).
+    ``origin`` says where the integers came from (rounded here, or a GGUF file's own blocks)."""
 
     def __init__(
         self, qweight: Tensor, scales: Tensor, bias: Tensor | None, in_features: int,
@@ -46,10 +48,33 @@ class QuantLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x2 = x.reshape(-1, self.in_features).to(COMPUTE)
-        y = mm(x2, self.qweight, self.scales.contiguous(), False)  # [rows, N] bfloat16
+        y = mm(x2, self.qweight, self.scales.contiguous(), False)  # [rows, N]
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*shape[:-1], self.out_features).to(x.dtype)
+        y = y.reshape(*shape[:-1], self.out_features)
+        return y if y.dtype == torch.float32 else y.to(x.dtype)
+
+    @property
+    def on_onednn(self) -> bool:
+        """Whether the product runs on oneDNN's int8 matmul (``use_onednn``)."""
+        return self.qweight.is_mkldnn
+
+    def use_onednn(self) -> bool:
+        """Hand this int8 matrix's product to oneDNN (``engine.quant.onednn``) where that runs
+        here: the integers re-laid in its packed layout in place of the plain ones (one copy),
+        the scales in float32 (the same values). True when it now runs there."""
+        if self.kind != INT8 or self.on_onednn or not onednn.usable():
+            return self.on_onednn
+        self.qweight = onednn.pack(self.qweight)
+        self.scales = self.scales.float()
+        return True
+
+    def stored(self) -> tuple[Tensor, Tensor]:
+        """(integers, scales) as a cache file keeps them, whatever kernel runs them now:
+        int8 plain [N, K] with bfloat16 scales; int4 in the kernel's packed layout."""
+        if not self.on_onednn:
+            return self.qweight, self.scales
+        return onednn.unpack(self.qweight), self.scales.to(COMPUTE)
 
     @property
     def weight(self) -> Tensor:
@@ -64,7 +89,8 @@ class QuantLinear(nn.Module):
 
     def _dequantise(self) -> Tensor:
         if self.kind == INT8:
-            return (self.qweight.float() * self.scales.float()[:, None]).to(COMPUTE)
+            q, s = self.stored()
+            return (q.float() * s.float()[:, None]).to(COMPUTE)
         k = self.in_features
         eye = torch.eye(k, dtype=COMPUTE)
         cols = [mm(eye[r : r + 256], self.qweight, self.scales.contiguous(), False)
@@ -74,7 +100,8 @@ class QuantLinear(nn.Module):
     def nbytes(self) -> int:
         """Bytes the kernel reads per product: the integers and their scales."""
         b = 0 if self.bias is None else self.bias.numel() * self.bias.element_size()
-        return self.qweight.numel() * self.qweight.element_size() + self.scales.numel() * 2 + b
+        scales = self.scales.numel() * self.scales.element_size()
+        return self.qweight.numel() * self.qweight.element_size() + scales + b
 
 
 def fuse(mods: list[QuantLinear]) -> tuple[Tensor, Tensor] | None:
@@ -87,6 +114,7 @@ def fuse(mods: list[QuantLinear]) -> tuple[Tensor, Tensor] | None:
     if done is not None and all(getattr(m, "_fused_into", None) is done for m in mods):
         return done
     same = all(m.kind == first.kind and m.in_features == first.in_features for m in mods)
+    same = same and not any(m.on_onednn for m in mods)  # a head's layout: never fused
     if not same or (first.kind == INT4 and len({m.scales.shape[0] for m in mods}) > 1):
         return None
     if first.kind == INT4 and any(m.out_features % ROW_BLOCK for m in mods[:-1]):

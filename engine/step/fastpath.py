@@ -130,7 +130,9 @@ def _weights_key(layers: list[list[torch.Tensor]], lm_head: torch.Tensor) -> tup
     """What identifies the model's weights as they are now: a model moved to another dtype or
     device, or re-fused, has new storage, so its old preparation no longer matches."""
     tensors = [t for layer in layers for t in layer] + [lm_head]
-    where = tuple((t.data_ptr(), t.storage_offset(), tuple(t.shape), t.dtype) for t in tensors)
+    # a tensor packed for oneDNN's int8 matmul (engine.quant.onednn) has no data pointer
+    where = tuple((id(t) if t.is_mkldnn else t.data_ptr(), t.storage_offset(), tuple(t.shape),
+                   t.dtype) for t in tensors)  # fmt: skip
     return (torch.backends.mkldnn.is_available(), *where)
 
 

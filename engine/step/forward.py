@@ -50,7 +50,12 @@ from engine.step.fast_spec import (
     UP_S,
     UP_W,
 )  # fmt: skip
-from engine.step.kernels import linear, mm, number  # noqa: F401 - the step's names (scripted.py)
+from engine.step.kernels import (  # noqa: F401 - the step's names (scripted.py)
+    int8_onednn,
+    linear,
+    mm,
+    number,
+)
 
 
 def rms(x: Tensor, eps: float) -> Tensor:

@@ -25,12 +25,34 @@ def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
     return torch.matmul(x, w.t())
 
 
+def int8_onednn(x: Tensor, w: Tensor, s: Tensor) -> Tensor:
+    """``x @ w.T`` for int8 weights packed for oneDNN (``engine.quant.onednn``, which says
+    why), ``s`` their row scales: each row of ``x`` as two int8 planes, ``x = r (hi + lo /
+    254)``, one integer product for both, combined in float32. Gives float32 [n, N]."""
+    n = x.shape[0]
+    xf = x.float()
+    r = xf.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 127.0
+    a = xf / r  # within [-127, 127]
+    hi = a.round()
+    q = torch.cat((hi, ((a - hi) * 254.0).round())).to(torch.int8)  # |lo| <= 127
+    no_scalars: list[number | None] = []  # the op's Scalar?[] argument, typed for TorchScript
+    y = torch.ops.onednn.qlinear_pointwise(
+        q, 1.0, 0, w, s.float(), torch.zeros(0, dtype=torch.int64), None, 1.0, 0,
+        torch.float32, "none", no_scalars, "",
+    )  # fmt: skip
+    return (y[:n] + y[n:] / 254.0) * r
+
+
 def mm(x: Tensor, w: Tensor, s: Tensor, onednn: bool) -> Tensor:
     """``x @ w.T`` for x [n, K] and any weight: ``s`` empty for float weights; for int8 ``w``
     [N, K] its row scales [N]; for int4 ``w`` (uint8, packed) its (scale, zero) pairs
-    [K / group, N, 2]. Quantised products take and give bfloat16 (engine.quant.formats)."""
+    [K / group, N, 2]. Quantised products take and give bfloat16 (engine.quant.formats),
+    but for int8 weights packed for oneDNN (an output head, ``engine.quant.onednn``), which
+    give float32."""
     if s.numel() == 0:
         return linear(x, w, onednn)
+    if w.is_mkldnn:
+        return int8_onednn(x, w, s)
     if w.dtype == torch.int8:
         # the int8 kernel loads 16 bfloat16 activations at a time with aligned loads: a view
         # that does not start on a 32-byte boundary would crash the process, so copy it
