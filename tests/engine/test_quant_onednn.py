@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_quant import PROMPT, _weights, quant_sized
 
 from engine.quant import onednn
 from engine.quant.apply import quantize_model
@@ -14,7 +15,6 @@ from engine.quant.formats import COMPUTE, dequantize_int8, quantize_int8
 from engine.step.fastpath import FastStepper
 from engine.step.kernels import int8_onednn, mm
 from engine.step.stepper import ModelStepper
-from test_quant import PROMPT, _weights, quant_sized
 
 needs_onednn = pytest.mark.skipif(
     not onednn.usable(), reason="no oneDNN int8 matmul with VNNI / AMX on this CPU"
