@@ -43,7 +43,8 @@ class QuantLinear(nn.Module):
         self._dequantised: Tensor | None = None
 
     def extra_repr(self) -> str:
-        return f"{self.in_features} -> {self.out_features}, {self.kind}, {self.origin}"
+        where = ", on oneDNN" if self.on_onednn else ""
+        return f"{self.in_features} -> {self.out_features}, {self.kind}, {self.origin}{where}"
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape

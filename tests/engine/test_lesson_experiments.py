@@ -120,6 +120,12 @@ def test_the_smaller_numbers_lesson_runs_float32_against_int8_and_int4():
     print(f"int8: {s8}; int4: {s4}")
     # The bundled file is Q4_1: its float32 weights are those 4-bit numbers written out, so
     # int4 (the file's own integers, scales in bf16) sits closer to them than int8, which
-    # rounds them again. Measured here: mean KL 0.0019 (int4) and 0.0062 (int8) nats.
+    # rounds them again. Measured here: mean KL 0.0016 (int4) and 0.0060 (int8) nats.
     assert 0 < s4.mean_kl < s8.mean_kl < 0.05
-    assert min(s8.greedy_agreement, s4.greedy_agreement) >= 0.9
+    # The greedy picks part only where float32 itself nearly tied: measured at its top two
+    # 0.336 / 0.332, 0.0595 / 0.0571, 0.493 / 0.485 and 0.4896 / 0.4889 (int4 20 of 24 steps
+    # agree, int8 23 of 24); a clear first choice must survive the rounding.
+    for steps in (steps8, steps4):
+        parted = [s for s in steps if not s.greedy_agree]
+        assert len(parted) <= len(steps) // 4
+        assert all(s.a_top[0].prob < 1.1 * s.a_top[1].prob for s in parted)
