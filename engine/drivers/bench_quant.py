@@ -12,6 +12,7 @@ system a token uses (1.0 would be every byte the machine can move)."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from engine.quant.apply import quantize_model
 from engine.quant.linear import QuantLinear
 from engine.records import Step
 from engine.sampling.settings import SamplerSettings
+from engine.step.kernels import mm
 
 KINDS = ("float32", "bfloat16", "int8", "int4")
 PROMPT = "Write a short poem about the sea."
@@ -117,6 +119,36 @@ def _rows(
     return out
 
 
+def head_kernels(model: torch.nn.Module, rounds: int = 5) -> tuple[float, float] | None:
+    """Seconds of the output head's product alone, one token, on oneDNN's int8 matmul (as the
+    model runs it) and on PyTorch's int8 kernel (the same integers unpacked), alternated, best
+    of ``rounds`` each; None when the head is not on oneDNN."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, QuantLinear) or not head.on_onednn:
+        return None
+    q, s = head.stored()
+    x = torch.randn(1, head.in_features).to(s.dtype)
+    runs = (
+        functools.partial(mm, x, head.qweight, head.scales, False),
+        functools.partial(mm, x, q, s, False),
+    )
+    best = [float("inf"), float("inf")]
+    with torch.inference_mode():
+        for _ in range(rounds):
+            for i, fn in enumerate(runs):
+                best[i] = min(best[i], timed(x.device, fn)[1])
+    return best[0], best[1]
+
+
+def _say_heads(models: dict[str, torch.nn.Module], say: Callable[[str], None], title: str) -> None:
+    for kind, model in models.items():
+        got = head_kernels(model)
+        if got is not None:
+            ours, theirs = got[0] * 1e3, got[1] * 1e3
+            say(f"   {title} {kind} head's product alone: oneDNN int8 {ours:.2f} ms, "
+                f"PyTorch's int8 kernel {theirs:.2f} ms ({theirs / ours:.2f}x)")  # fmt: skip
+
+
 def _smollm2(kind: str) -> Any:
     from engine.models.catalog import open_model
 
@@ -164,6 +196,7 @@ def quant_section(say: Callable[[str], None], new_tokens: int = 64) -> dict[str,
     out: dict[str, Any] = {"copy_gbs": copy_bw / 1e9}
     out["smollm2"] = _rows({k: b.model for k, b in bundles.items()}, ids, new_tokens,
                            copy_bw, say, "SmolLM2-135M")  # fmt: skip
+    _say_heads({k: b.model for k, b in bundles.items()}, say, "SmolLM2-135M")
     gguf = bundles["float32"].extra.get("gguf")
     if gguf:
         out |= _llama_rows(gguf, ids, new_tokens, out["smollm2"]["int4"], say)
@@ -180,4 +213,5 @@ def quant_section(say: Callable[[str], None], new_tokens: int = 64) -> dict[str,
     qwen_ids = [(7 * i + 3) % 1000 + 100 for i in range(len(ids))]
     out["qwen2.5-0.5b"] = _rows(qwen, qwen_ids, max(16, new_tokens // 2), copy_bw, say,
                                 "Qwen2.5-0.5B shape")  # fmt: skip
+    _say_heads(qwen, say, "Qwen2.5-0.5B shape")
     return out
