@@ -1,12 +1,20 @@
 """The only place the engine is driven from Qt.
 
 Every action (load a model, generate, step, branch, undo, compare, ...) is one ``Job`` on its
-own ``QThread`` with the four classic connections, running one ``engine.drivers.workbench`` action.
+own ``QThread`` with the classic connections, running one ``engine.drivers.workbench`` action.
 An action that is a generator is driven between its yields, as superqt's generator worker
 does: each record goes to the run store (``Progress`` to the status bar); between records the
 job checks for Stop, keeps to the pacing limit, and sends in settings the user changed, for
 every method alike. Tokenising and session building happen inside the action, so on this
 thread. A job never touches a widget.
+
+The worker thread makes no Qt call but emitting signals (PySide emits with the GIL released).
+A Qt call there that takes one of Qt's connection locks (a pool shared by address) while it
+holds the GIL deadlocks against the GUI thread, which destroys objects with such a lock held and
+then waits for the GIL (PySide looks up a Python ``disconnectNotify``): both threads idle for good,
+and pytest-timeout's thread, which needs the GIL too, never fires. So a job is neither destroyed
+(``deleteLater``) nor moved (``moveToThread``) in its thread: the GUI thread destroys it once
+its thread has finished (``EngineRunner._job_done``).
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+import shiboken6
+from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.drivers.workbench import STOP, RunRequest, Workbench
 from engine.errors import (
@@ -156,13 +165,9 @@ class Job(QObject):
         else:
             self.result_ready.emit(result)
         finally:
-            # Hand the object back to the GUI thread before finished -> deleteLater, so it is
-            # destroyed there. Destroying a Python-backed QObject in the worker thread takes a
-            # Qt connection lock and then the GIL, while the GUI thread may hold the GIL and wait
-            # for that lock (a deadlock seen in the stop/close/switch stress test).
-            app = QCoreApplication.instance()
-            if app is not None:
-                self.moveToThread(app.thread())
+            # Nothing but an emit here (see the module docstring): moving the job back to the
+            # GUI thread (moveToThread) took a connection lock with the GIL held, and hung a
+            # test run for good when the GUI thread was destroying an object under that lock.
             self.finished.emit()
 
 
@@ -350,10 +355,10 @@ class EngineRunner(QObject):
         job = Job(work, name, self.store.push, self.controls)
         thread = QThread()
         job.moveToThread(thread)
-        # The four classic connections.
+        # The classic connections, but for job.finished -> job.deleteLater: that would destroy
+        # the job in its own thread; _job_done destroys it on this one (the module docstring).
         thread.started.connect(job.run)
         job.finished.connect(thread.quit)
-        job.finished.connect(job.deleteLater)
         thread.finished.connect(thread.deleteLater)
         # Results reach the GUI thread through this object's slots (queued connections).
         job.progress.connect(self.progress)
@@ -385,6 +390,10 @@ class EngineRunner(QObject):
 
     @Slot()
     def _job_done(self) -> None:
-        self._job = None
-        self._thread = None
+        # The job's thread has finished (its event loop is over, it runs no Python): destroy the
+        # job here, at once, rather than when its last Python reference goes, which could be a
+        # garbage collection on a later job's thread.
+        job, self._job, self._thread = self._job, None, None
+        if job is not None and shiboken6.isValid(job):
+            shiboken6.delete(job)
         self.busy_changed.emit(False)

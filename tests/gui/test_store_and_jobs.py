@@ -1,12 +1,18 @@
 """The run store and the one job loop, on their own (no model), and the behaviours the single
 job loop fixed: live settings in a speculative run, no model work on the GUI thread."""
 
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import load, run
+from PySide6.QtCore import SignalInstance
+from shiboken6 import Shiboken
 
 from engine.drivers.workbench import STOP, live
 from engine.records import (
@@ -19,7 +25,7 @@ from engine.records import (
     Step,
 )
 from gui.store import RunStore
-from gui.worker import Controls, drive
+from gui.worker import Controls, EngineRunner, drive
 
 
 def step(i: int, token: int = 7, n: int = 8, step_time: float = 0.01) -> Step:
@@ -133,6 +139,56 @@ def test_stop_is_an_object_sessions_never_receive_as_settings():
     gen = live(session, records(session, 10))
     next(gen)
     assert isinstance(gen.send(STOP), RunSummary) and session.settings is None
+
+
+def qt_call(function: object) -> str | None:
+    """``Class.method`` when ``function`` is a bound Qt method (a signal's emit included)."""
+    owner = getattr(function, "__self__", None)
+    if isinstance(owner, (Shiboken.Object, type(Shiboken.Object), SignalInstance)):
+        return f"{type(owner).__name__}.{getattr(function, '__name__', '?')}"
+    return None
+
+
+def test_a_job_thread_calls_nothing_in_qt_but_emits(qtbot):
+    """PySide emits with the GIL released; any other Qt call from the job's thread holds the GIL
+    while it may take a Qt lock the GUI thread holds while it waits for the GIL: a deadlock
+    (the next test). Every Qt call the job's thread makes, from its work to its end."""
+    runner = EngineRunner(RunStore())
+    runner.workbench.bundle = object()  # job() wants a loaded model; this one never reads it
+    calls: list[str] = []
+
+    def record(_frame, event, function):
+        if event == "c_call" and (name := qt_call(function)):
+            calls.append(name)
+
+    def work(job, _bundle):
+        sys.setprofile(record)  # this thread only, until the job's end
+        job.say("working")
+        return "done"
+
+    results, failures = [], []
+    runner.failed.connect(failures.append)
+    assert runner.job("probe", work, results.append)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=10000)
+    assert results == ["done"], failures
+    assert calls and all(name == "SignalInstance.emit" for name in calls), calls
+
+
+def test_a_job_ending_while_the_gui_thread_destroys_objects_never_deadlocks():
+    """A full test run once hung for good, CPU idle, pytest-timeout silent: the job's last act,
+    moveToThread, took one of Qt's connection locks with the GIL held, while the GUI thread,
+    destroying an object under that lock, waited for the GIL. The probe makes that interleaving
+    likely (tests/gui/job_end_probe.py: the old job end hung 9 of its 11 runs, a race still;
+    the test above is the exact guard), in a child process, so a hang fails the test."""
+    probe = Path(__file__).with_name("job_end_probe.py")
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    try:
+        done = subprocess.run(
+            [sys.executable, str(probe)], env=env, capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a job's end deadlocked against the GUI thread (a Qt lock and the GIL)")
+    assert done.returncode == 0 and "no deadlock" in done.stdout, done.stdout + done.stderr
 
 
 # -- with the window -----------------------------------------------------------------------
