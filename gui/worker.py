@@ -333,7 +333,11 @@ class EngineRunner(QObject):
         thread = self._thread
         if thread is not None and thread.isRunning():
             thread.quit()
-            return thread.wait(timeout_ms)
+            if not thread.wait(timeout_ms):
+                return False
+        # destroy the job now, on this thread: the queued _job_done may never be delivered if
+        # this runner goes first, and the job would then die wherever Python collects it
+        self._job_done()
         return True
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -393,6 +397,8 @@ class EngineRunner(QObject):
         # The job's thread has finished (its event loop is over, it runs no Python): destroy the
         # job here, at once, rather than when its last Python reference goes, which could be a
         # garbage collection on a later job's thread.
+        if self._job is None and self._thread is None:
+            return  # done already (shutdown came first)
         job, self._job, self._thread = self._job, None, None
         if job is not None and shiboken6.isValid(job):
             shiboken6.delete(job)

@@ -30,6 +30,7 @@ import torch
 from engine.decode.base import Record, SessionBase
 from engine.decode.measure import Measured, finite_rows, measure
 from engine.errors import DrafterMismatchError
+from engine.models.device import vocab_size
 from engine.records import KEEP_FULL, SPEC_DRAFT, SPEC_NGRAM, SpeculativeReport
 from engine.sampling.chain import pick
 from engine.sampling.sampler import Sampler, StageReport
@@ -428,8 +429,7 @@ def check_same_tokenizer(target_tokenizer: Any, draft_tokenizer: Any) -> None:
 
 
 def check_same_vocab(drafter: torch.nn.Module, target: torch.nn.Module) -> None:
-    dv = drafter.get_output_embeddings().weight.shape[0]
-    tv = target.get_output_embeddings().weight.shape[0]
+    dv, tv = vocab_size(drafter), vocab_size(target)
     if dv != tv:
         raise DrafterMismatchError(
             f"The draft model's vocabulary ({dv} tokens) differs from the target's ({tv}): "

@@ -47,4 +47,8 @@ def context_length(model: torch.nn.Module) -> int | None:
 
 
 def vocab_size(model: torch.nn.Module) -> int:
-    return int(model.get_output_embeddings().weight.shape[0])
+    """Rows of the output head, read from its shape: a quantised head (engine.quant) would
+    dequantise its whole matrix to answer ``.weight`` (272 MB for Qwen2.5's, and kept)."""
+    head = model.get_output_embeddings()
+    rows = getattr(head, "out_features", None)
+    return rows if isinstance(rows, int) else int(head.weight.shape[0])

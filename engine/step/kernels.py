@@ -27,20 +27,30 @@ def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
 
 def int8_onednn(x: Tensor, w: Tensor, s: Tensor) -> Tensor:
     """``x @ w.T`` for int8 weights packed for oneDNN (``engine.quant.onednn``, which says
-    why), ``s`` their row scales: each row of ``x`` as two int8 planes, ``x = r (hi + lo /
-    254)``, one integer product for both, combined in float32. Gives float32 [n, N]."""
+    why; ``w`` [K, N]), ``s`` their row scales: each row of ``x`` as two int8 planes, ``x = r
+    (hi + lo / 254)``, one integer product for both, combined in float32. Gives float32 [n, N].
+    256 rows at a time, so scoring a long text through the head holds [512, N] of products,
+    not [2n, N]. A row whose largest element is under 1e-30 comes out as zeros."""
     n = x.shape[0]
-    xf = x.float()
-    r = xf.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 127.0
-    a = xf / r  # within [-127, 127]
-    hi = a.round()
-    q = torch.cat((hi, ((a - hi) * 254.0).round())).to(torch.int8)  # |lo| <= 127
+    out = torch.empty(n, w.shape[1], dtype=torch.float32, device=x.device)
+    scales = s.float()
+    zero_points = torch.zeros(0, dtype=torch.int64)
     no_scalars: list[number | None] = []  # the op's Scalar?[] argument, typed for TorchScript
-    y = torch.ops.onednn.qlinear_pointwise(
-        q, 1.0, 0, w, s.float(), torch.zeros(0, dtype=torch.int64), None, 1.0, 0,
-        torch.float32, "none", no_scalars, "",
-    )  # fmt: skip
-    return (y[:n] + y[n:] / 254.0) * r
+    for start in range(0, n, 256):
+        xf = x[start : start + 256].float()
+        rows = xf.shape[0]
+        r = xf.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 127.0
+        a = xf / r  # within [-127, 127]
+        hi = a.round()
+        q = torch.cat((hi, ((a - hi) * 254.0).round())).to(torch.int8)  # |lo| <= 127
+        y = torch.ops.onednn.qlinear_pointwise(
+            q, 1.0, 0, w, scales, zero_points, None, 1.0, 0, torch.float32, "none",
+            no_scalars, "",
+        )  # fmt: skip
+        part = out[start : start + rows]
+        torch.add(y[:rows], y[rows:], alpha=1.0 / 254.0, out=part)
+        part.mul_(r)
+    return out
 
 
 def mm(x: Tensor, w: Tensor, s: Tensor, onednn: bool) -> Tensor:

@@ -128,4 +128,6 @@ def test_the_smaller_numbers_lesson_runs_float32_against_int8_and_int4():
     for steps in (steps8, steps4):
         parted = [s for s in steps if not s.greedy_agree]
         assert len(parted) <= len(steps) // 4
-        assert all(s.a_top[0].prob < 1.1 * s.a_top[1].prob for s in parted)
+        for s in parted:  # the quantised pick is one of float32's nearly tied first choices
+            tied = {r.token_id for r in s.a_top if 1.1 * r.prob > s.a_top[0].prob}
+            assert len(tied) > 1 and s.b_top[0].token_id in tied

@@ -66,6 +66,29 @@ def test_a_row_the_two_planes_carry_exactly_comes_out_as_the_exact_product():
 
 
 @needs_onednn
+def test_rows_go_256_at_a_time_with_the_same_numbers_as_one_by_one():
+    q, s = quantize_int8(_weights(64, 128))
+    packed = onednn.pack(q)
+    x = _row_with_outlier(600, 128, 5)  # 256 + 256 + 88 rows
+    whole = int8_onednn(x, packed, s.float())
+    one_by_one = torch.cat([int8_onednn(x[i : i + 1], packed, s.float()) for i in range(600)])
+    assert whole.shape == (600, 64) and torch.equal(whole, one_by_one)
+
+
+def test_it_is_used_wherever_the_cpu_has_int8_dot_products(monkeypatch):
+    """The oneDNN tests above skip where it is not used: here a CPU that reports VNNI or AMX
+    must use it, so a probe or a check gone wrong cannot switch it off unseen."""
+    if not (onednn._cpu_has_int8_dot() and torch.backends.mkldnn.is_available()):
+        pytest.skip("this CPU reports no VNNI / AMX int8 (or torch has no oneDNN)")
+    monkeypatch.delenv("DECODING_LAB_ONEDNN_INT8", raising=False)
+    onednn.usable.cache_clear()
+    try:
+        assert onednn.usable()
+    finally:
+        onednn.usable.cache_clear()
+
+
+@needs_onednn
 def test_packing_keeps_the_integers_and_rows_of_zeros_or_nan_stay_so():
     q, s = quantize_int8(_weights(96, 128))
     packed = onednn.pack(q)
