@@ -141,7 +141,7 @@ def strip_scan(
     from the output down and stopping for each token at the first layer where it is not top-1
     (only what is needed is computed: a sampled second choice costs the output layer alone)."""
     n_layers = resid.shape[0] - 1
-    top = top_one(an.head.weight, screen)
+    top = None if asks_the_head(an) else top_one(an.head.weight, screen)
     final = _hits(an, top, _head_input(an, resid[n_layers]), chosen)  # the model's output
     decision = torch.full_like(chosen, -1)
     alive = final.nonzero().squeeze(1)
@@ -166,9 +166,22 @@ def _head_input(an: Anatomy, resid: Tensor) -> Tensor:
     return x * an.out_scale if an.out_scale != 1.0 else x
 
 
-def _hits(an: Anatomy, top: TopOne, x: Tensor, c: Tensor) -> Tensor:
-    """Top-1 tests on head inputs ``x``, as the lens's argmax answers them. A head with a bias
-    or a soft-cap (whose float rounding can tie two saturated scores) is asked in full."""
-    if getattr(an.head, "bias", None) is not None or an.softcap is not None:
+def asks_the_head(an: Anatomy) -> bool:
+    """Whether top-1 tests go through the head itself rather than ``TopOne`` on its weight:
+    a head with a bias or a soft-cap (whose float rounding can tie two saturated scores), and
+    a quantised head (engine.quant: its own product, float32 logits on oneDNN, which a
+    bfloat16 product of its dequantised weights could tie at a near-tie)."""
+    head = an.head
+    return (
+        getattr(head, "bias", None) is not None
+        or an.softcap is not None
+        or getattr(head, "qweight", None) is not None
+    )
+
+
+def _hits(an: Anatomy, top: TopOne | None, x: Tensor, c: Tensor) -> Tensor:
+    """Top-1 tests on head inputs ``x``, as the lens's argmax answers them (``top`` None: the
+    head is asked in full, ``asks_the_head``)."""
+    if top is None or asks_the_head(an):
         return torch.cat([an.finish(an.head(part)).argmax(-1) for part in x.split(CHUNK)]) == c
     return top(x, c)

@@ -247,3 +247,55 @@ def test_integrated_gradients_pass_captums_completeness_check(family: str) -> No
             out = model(torch.tensor([path.ids]))
     logp = torch.log_softmax(out.logits[0, q], -1)[path.tokens[6]]
     assert ig.value == pytest.approx(float(logp), abs=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_the_strip_of_a_quantised_model_equals_its_per_step_lens(kind: str) -> None:
+    """A quantised head (int8 per row, on oneDNN where the CPU has it: float32 logits) is
+    asked through the head itself, as the lens reads it; a bf16 copy of its weights could part
+    from the model's own argmax at a near-tie, leaving a greedy token with no decision layer."""
+    from test_quant import quant_sized
+
+    from engine.quant.apply import quantize_model
+
+    model = quant_sized("qwen2", seed=2)
+    quantize_model(model, kind)
+    context = (2, 17, 99, 250, 31)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([context]), max_new_tokens=12, min_new_tokens=12,
+                             do_sample=False)  # fmt: skip
+    path = TokenPath(context, tuple(out[0, len(context) :].tolist()))
+    bundle = Bundle(model)
+    strip = decision_strip(bundle, path)
+    per_step = tuple(inspect_step(bundle, path, k).lens.decision_layer for k in range(12))
+    assert strip.decision == per_step[strip.first :]
+    assert all(d is not None for d in strip.decision)  # greedy: each is the output's top-1
+
+
+def test_a_quantised_heads_top_one_is_asked_of_the_head_itself() -> None:
+    """Two tokens whose logits differ by 5e-4 at ~80: the head's own product (float32 logits
+    on oneDNN) tells them apart where a bfloat16 product of its dequantised weights ties them
+    (and argmax takes the lower id): the strip must answer as the head does."""
+    from types import SimpleNamespace
+
+    from engine.quant.formats import COMPUTE
+    from engine.quant.linear import QuantLinear
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randint(-60, 60, (32, 64), generator=gen, dtype=torch.int8)
+    q[3] = 127
+    q[5] = 127
+    q[5, 0] = 126  # one step less on the column x barely uses: token 5 a hair above token 3
+    q[3, 0] = 125
+    head = QuantLinear(q, torch.full((32,), 0.01).to(COMPUTE), None, 64)
+    head.use_onednn()  # where the CPU has it; else both sides read bfloat16 logits alike
+    an = SimpleNamespace(head=head, softcap=None, finish=lambda t: t)
+    x = torch.ones(1, 64)
+    x[0, 0] = 0.05
+    x = x.to(COMPUTE)
+    want = head(x).argmax(-1)
+    top = lens_module.TopOne(head.weight)  # what the strip asked before: bf16 ties the two
+    if head.on_onednn:
+        assert int(want) == 5 and not bool(top(x, want).all())
+    assert lens_module.asks_the_head(an)
+    assert bool(lens_module._hits(an, top, x, want).all())
