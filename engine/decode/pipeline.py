@@ -22,7 +22,6 @@ device-to-device copy, never read by the host on the way.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from engine.decode.device_stats import FusedPlan, plan_for, token_stats, window_
 from engine.decode.measure import finite_rows, unpack_row
 from engine.decode.session import GenerationSession, StepLogits, step_seed
 from engine.decode.token_graph import PENDING, TokenGraph, feed_device, graph_stepper
+from engine.models.device import switched_off
 from engine.records import Progress, Rewind, Step
 from engine.sampling.sampler import NO_REPORT
 from engine.sampling.settings import SamplerSettings
@@ -47,8 +47,7 @@ from engine.step.stepper import catch_up, to_feed
 # (resources/notes/pipeline-gpu.md: tests/engine/test_token_graph_cuda.py passed there, and the
 # SmolLM2 shape in bf16 with top-20 ran 742.6 tok/s against today's 432.1);
 # DECODING_LAB_PIPELINE=0 (or false, off, no) turns it off there.
-_ASKED = os.environ.get("DECODING_LAB_PIPELINE", "").strip().lower()
-ON_BY_DEFAULT = {"cuda": _ASKED not in ("0", "false", "off", "no"), "cpu": False}
+ON_BY_DEFAULT = {"cuda": not switched_off("DECODING_LAB_PIPELINE"), "cpu": False}
 
 
 class RowBuffer:

@@ -3,6 +3,7 @@ every clock read (the seed timed CUDA without a sync)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -52,3 +53,9 @@ def vocab_size(model: torch.nn.Module) -> int:
     head = model.get_output_embeddings()
     rows = getattr(head, "out_features", None)
     return rows if isinstance(rows, int) else int(head.weight.shape[0])
+
+
+def switched_off(variable: str) -> bool:
+    """Whether the environment variable ``variable`` turns a default-on kernel choice off:
+    0, false, off or no (any case, spaces around ignored)."""
+    return os.environ.get(variable, "").strip().lower() in ("0", "false", "off", "no")

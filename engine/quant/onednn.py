@@ -30,17 +30,16 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from engine.models.device import switched_off
 from engine.step.kernels import int8_onednn
 
 log = logging.getLogger(__name__)
 
-OFF_WORDS = ("0", "false", "off", "no")
 _FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
@@ -85,7 +84,7 @@ def _probe_agrees() -> bool:
 @functools.cache
 def usable() -> bool:
     """Whether the head's int8 product goes through oneDNN here (see the module doc)."""
-    if os.environ.get("DECODING_LAB_ONEDNN_INT8", "").strip().lower() in OFF_WORDS:
+    if switched_off("DECODING_LAB_ONEDNN_INT8"):
         return False
     try:
         torch.ops.onednn.qlinear_prepack  # noqa: B018 - raises when the op is missing
