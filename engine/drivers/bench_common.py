@@ -66,10 +66,13 @@ def header(threads: int | None = None) -> str:
 
 def _width(w: torch.Tensor, s: torch.Tensor) -> int:
     """The input width K of a step's matrix as the model holds it (before oneDNN's packing):
-    float or int8 [N, K], int4 packed two to a byte [N, K / 2], int8 packed for oneDNN [K, N]."""
+    float or int8 [N, K], int4 packed two to a byte [N, K / 2], int8 packed for oneDNN [K, N],
+    or the lab's own layouts (``engine.quant.native``): int8 [N, K / 32, 32], int4 [N, K / 64,
+    32] bytes."""
     if w.is_mkldnn:
         return w.shape[0]
-    return w.shape[-1] * 2 if s.numel() and w.dtype == torch.uint8 else w.shape[-1]
+    k = w.shape[1] * w.shape[2] if w.dim() == 3 else w.shape[-1]
+    return k * 2 if s.numel() and w.dtype == torch.uint8 else k
 
 
 def matrix_products_alone(stepper: Any, rounds: int = 3) -> float | None:

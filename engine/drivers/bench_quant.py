@@ -26,7 +26,9 @@ from engine.drivers.bench_families import family_model
 from engine.drivers.bench_llama_cpp import llama_cpp_in_subprocess
 from engine.drivers.bench_llama_server import llama_server_rates
 from engine.models.device import timed
+from engine.quant import native
 from engine.quant.apply import quantize_model
+from engine.quant.formats import pack_int4
 from engine.quant.linear import QuantLinear
 from engine.records import Step
 from engine.sampling.settings import SamplerSettings
@@ -119,34 +121,67 @@ def _rows(
     return out
 
 
-def head_kernels(model: torch.nn.Module, rounds: int = 5) -> tuple[float, float] | None:
-    """Seconds of the output head's product alone, one token, on oneDNN's int8 matmul (as the
-    model runs it) and on PyTorch's int8 kernel (the same integers unpacked), alternated, best
-    of ``rounds`` each; None when the head is not on oneDNN."""
-    head = model.get_output_embeddings()
-    if not isinstance(head, QuantLinear) or not head.on_onednn:
-        return None
-    q, s = head.stored()
-    x = torch.randn(1, head.in_features).to(s.dtype)
-    runs = (
-        functools.partial(mm, x, head.qweight, head.scales, False),
-        functools.partial(mm, x, q, s, False),
-    )
-    best = [float("inf"), float("inf")]
+def _pytorchs(m: QuantLinear) -> tuple[torch.Tensor, torch.Tensor]:
+    """A quantised matrix's integers and scales in PyTorch's kernels' layout, whatever kernel
+    runs it in the model."""
+    q, s = m.stored()
+    if m.kind == "int8" or not m.on_native:
+        return q, s
+    return pack_int4(native.unpack4(q)), s.permute(2, 0, 1).contiguous()
+
+
+def _best(runs: list[Callable[[], Any]], rounds: int) -> list[float]:
+    best = [float("inf")] * len(runs)
     with torch.inference_mode():
         for _ in range(rounds):
             for i, fn in enumerate(runs):
-                best[i] = min(best[i], timed(x.device, fn)[1])
-    return best[0], best[1]
+                best[i] = min(best[i], timed(torch.device("cpu"), fn)[1])
+    return best
+
+
+def products_both_ways(model: torch.nn.Module, rounds: int = 5) -> dict[str, Any] | None:
+    """Seconds of one token's int8 / int4 products alone, on the kernels the model runs (the
+    lab's, ``engine.quant.native``, or oneDNN's for the head) and on PyTorch's (the same
+    integers in its layout), alternated, best of ``rounds``: ``layers`` (every quantised
+    matrix but the head) and ``head`` as (the model's, PyTorch's), with ``head_kernel`` naming
+    the model's. None for a model that is not quantised."""
+    quantised = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    if not quantised:
+        return None
+    head = model.get_output_embeddings()
+    out: dict[str, Any] = {}
+    for name, mods in (("layers", [m for m in quantised if m is not head]),
+                       ("head", [head] if head in quantised else [])):  # fmt: skip
+        if not mods:
+            continue
+        xs = [torch.randn(1, m.in_features).to(torch.bfloat16) for m in mods]
+        theirs = [_pytorchs(m) for m in mods]
+        ours_run = functools.partial(_each, xs, [(m.qweight, m.scales) for m in mods])
+        out[name] = tuple(_best([ours_run, functools.partial(_each, xs, theirs)], rounds))
+    if head in quantised:
+        out["head_kernel"] = ("the lab's" if head.on_native else
+                              "oneDNN's" if head.on_onednn else "PyTorch's")  # fmt: skip
+    return out
+
+
+def _each(xs: list[torch.Tensor], weights: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    for x, (w, s) in zip(xs, weights, strict=True):
+        mm(x, w, s, False)
 
 
 def _say_heads(models: dict[str, torch.nn.Module], say: Callable[[str], None], title: str) -> None:
     for kind, model in models.items():
-        got = head_kernels(model)
-        if got is not None:
-            ours, theirs = got[0] * 1e3, got[1] * 1e3
-            say(f"   {title} {kind} head's product alone: oneDNN int8 {ours:.2f} ms, "
-                f"PyTorch's int8 kernel {theirs:.2f} ms ({theirs / ours:.2f}x)")  # fmt: skip
+        got = products_both_ways(model)
+        if got is None:
+            continue
+        parts = []
+        for name in ("layers", "head"):
+            if name in got:
+                ours, theirs = got[name][0] * 1e3, got[name][1] * 1e3
+                whose = got["head_kernel"] if name == "head" else "the model's"
+                parts.append(f"{name} {whose} {ours:.2f} ms vs PyTorch's {theirs:.2f} ms "
+                             f"({theirs / ours:.2f}x)")  # fmt: skip
+        say(f"   {title} {kind} products alone, one token: " + "; ".join(parts))
 
 
 def _smollm2(kind: str) -> Any:

@@ -10,13 +10,13 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import EmptyPromptError, ModelLoadError
+from engine.models.cache import cache_root
 
 if TYPE_CHECKING:  # torch loads with the first model, not with the window
     import torch
@@ -297,19 +297,6 @@ def make_bundle(
 MANIFEST = "decoding-lab-manifest.json"
 
 
-def cache_root() -> Path:
-    """Where converted models are kept: $DECODING_LAB_CACHE, else the platform's cache folder."""
-    env = os.environ.get("DECODING_LAB_CACHE")
-    if env:
-        return Path(env).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-        return base / "decoding-lab" / "cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "decoding-lab"
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "decoding-lab"
-
-
 def file_digest(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -335,11 +322,15 @@ def gguf_cache_folder(path: Path, dtype: torch.dtype) -> Path:
 
 
 def quant_cache_folder(path: Path, kind: str) -> Path:
-    """Where ``path``'s int8 / int4 layers are kept: per CPU kernel layout and torch."""
+    """Where ``path``'s int8 / int4 layers are kept: per CPU kernel layout (PyTorch's, or the
+    lab's where its kernels run: ``engine.quant.native``) and torch."""
     import torch
 
+    from engine.quant import native
+
     where = torch.backends.cpu.get_cpu_capability().lower()
-    key = f"{path.stem}-{file_digest(path)[:16]}-{kind}-{where}-torch{torch.__version__}"
+    layout = f"lab-{native.isa()}" if native.usable() else "aten"
+    key = f"{path.stem}-{file_digest(path)[:16]}-{kind}-{where}-{layout}-torch{torch.__version__}"
     return cache_root() / "quantised" / key
 
 

@@ -8,8 +8,9 @@ The plan for each matrix:
 * ``int8``: int8 with one scale per row, rounded here from the model's weights;
 * ``int4``: int4 in groups of 32, except the output head, which stays int8 per row (llama.cpp's
   4-bit files keep it at 6 or 8 bits too: a token's logits all come from it);
-* the int8 head's product runs on oneDNN's int8 matmul where the CPU has it
-  (``engine.quant.onednn``: faster on a large vocabulary, float32 logits);
+* the products run on the lab's own kernels where they are built here (``engine.quant.native``,
+  in their layouts), else on PyTorch's; the int8 head's gives float32 logits, on the lab's
+  kernel, or else on oneDNN's int8 matmul where the CPU has it (``engine.quant.onednn``);
 * a matrix whose shape one format cannot take falls back to the other, or stays bfloat16, and
   the summary names it with the reason;
 * integers made elsewhere (a GGUF file's own 4-bit blocks, ``engine.quant.gguf``) are used as
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from engine.quant import native
 from engine.quant.formats import (
     COMPUTE,
     INT4,
@@ -69,13 +71,17 @@ class QuantSummary:
     origins: Counter[str] = field(default_factory=Counter)
     kept: list[str] = field(default_factory=list)
     head_on_onednn: bool = False
+    head_float: str = ""  # the kernel that gives the head's float32 logits, if any
+    kernels: str = ""  # whose kernels run the products, and why where not ours
 
     def describe(self) -> str:
         parts = [f"{n} × {origin}" for origin, n in self.origins.most_common()]
         if self.kept:
             parts.append(f"{len(self.kept)} kept in bfloat16 ({self.kept[0]})")
-        if self.head_on_onednn:
-            parts.append("the head's product on oneDNN's int8 matmul")
+        if self.kernels:
+            parts.append(self.kernels)
+        if self.head_float:
+            parts.append(f"the head's float32 logits on {self.head_float}")
         return f"{self.kind}: " + "; ".join(parts)
 
 
@@ -108,12 +114,20 @@ def _plan(kind: str, is_head: bool, n: int, k: int) -> tuple[str | None, str]:
     return None, "; ".join(reasons)
 
 
+def int4_layout(u: Tensor, sz: Tensor) -> tuple[Tensor, Tensor]:
+    """int4 integers ``u`` [N, K] and their (scale, zero) pairs [K / 32, N, 2] in the layout
+    of the kernel that will run them: the lab's (``engine.quant.native``) or PyTorch's."""
+    k = u.shape[1]
+    if native.takes_int4(k, k // sz.shape[0]):
+        return native.pack4(u), native.scales4(sz)
+    return pack_int4(u), sz
+
+
 def _made_here(fmt: str, w: Tensor) -> tuple[Tensor, Tensor, str]:
     if fmt == INT8:
         q, s = quantize_int8(w)
         return q, s, f"int8 per row, {ROUNDED}"
-    u, sz = quantize_int4(w)
-    return pack_int4(u), sz, f"int4 in groups of 32, {ROUNDED}"
+    return *int4_layout(*quantize_int4(w)), f"int4 in groups of 32, {ROUNDED}"
 
 
 def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
@@ -127,8 +141,9 @@ def _made(
     """One matrix's (integers in the kernel's layout, scales, origin), or why it stays."""
     n, k = w.shape
     if isinstance(given, Prequantised):
-        q = given.q if given.q.dtype == torch.int8 else pack_int4(given.q)
-        return q, given.scales, given.origin
+        if given.q.dtype == torch.int8:
+            return given.q, given.scales, given.origin
+        return *int4_layout(given.q, given.scales), given.origin
     fmt, why = _plan(kind, name == head, n, k)
     if isinstance(given, Forced):
         refused = int4_refusal(n, k) if given.fmt == INT4 else int8_refusal(n, k)
@@ -159,9 +174,21 @@ def finish(model: nn.Module, summary: QuantSummary) -> QuantSummary:
     model.to(COMPUTE)  # embeddings, norms, biases and any matrix kept as it was
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if isinstance(head, QuantLinear):
-        summary.head_on_onednn = head.use_onednn()
+        summary.head_float = head.as_head()
+        summary.head_on_onednn = head.on_onednn
+    summary.kernels = kernels_line(model)
     model.decoding_lab_quant = summary
     return summary
+
+
+def kernels_line(model: nn.Module) -> str:
+    """Whose kernels run the model's int8 / int4 products (the head on oneDNN aside)."""
+    mods = [m for m in model.modules() if isinstance(m, QuantLinear) and not m.on_onednn]
+    ours = sum(m.on_native for m in mods)
+    if ours == len(mods):
+        return f"the lab's kernels ({native.isa()})" if mods else ""
+    why = native.why_not() or "their layout does not fit every matrix"
+    return f"{len(mods) - ours} of {len(mods)} products on PyTorch's kernels ({why})"
 
 
 def quantize_model(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from engine.quant import onednn
+from engine.quant import native, onednn
 from engine.quant.formats import COMPUTE, INT4, INT8, ROW_BLOCK
 from engine.step.kernels import mm
 
@@ -23,7 +23,9 @@ def _aligned(t: Tensor) -> Tensor:
 
 class QuantLinear(nn.Module):
     """``y = x @ W.T + b`` with W int8 per row (``qweight`` int8 [N, K], ``scales`` [N]) or
-    int4 in groups (``qweight`` packed uint8 [N, K / 2], ``scales`` [K / G, N, 2]). The input
+    int4 in groups (``qweight`` packed uint8 [N, K / 2], ``scales`` [K / G, N, 2]), or either
+    in the lab's own layouts (``engine.quant.native``: rank 3; int8 ones are viewed so here
+    wherever those kernels run). The input
     is cast to bfloat16 for the kernel and the output back to the input's dtype, except where
     the product gives float32 (an int8 head on oneDNN, ``use_onednn``: logits stay float32).
     ``origin`` says where the integers came from (rounded here, or a GGUF file's own blocks)."""
@@ -36,6 +38,8 @@ class QuantLinear(nn.Module):
         self.kind = INT8 if qweight.dtype == torch.int8 else INT4
         self.in_features = in_features
         self.out_features = qweight.shape[0]
+        if self.kind == INT8 and qweight.dim() == 2 and native.takes_int8(in_features):
+            qweight = qweight.reshape(self.out_features, in_features // 32, 32)
         self.origin = origin
         self.register_buffer("qweight", _aligned(qweight))
         self.register_buffer("scales", _aligned(scales))
@@ -56,6 +60,11 @@ class QuantLinear(nn.Module):
         return y if y.dtype == torch.float32 else y.to(x.dtype)
 
     @property
+    def on_native(self) -> bool:
+        """Whether the product runs on the lab's own kernels (``engine.quant.native``)."""
+        return self.qweight.dim() == 3
+
+    @property
     def on_onednn(self) -> bool:
         """Whether the product runs on oneDNN's int8 matmul (``use_onednn``)."""
         return self.qweight.is_mkldnn
@@ -66,13 +75,27 @@ class QuantLinear(nn.Module):
         the scales in float32 (the same values). True when it now runs there."""
         if self.kind != INT8 or self.on_onednn or not onednn.usable():
             return self.on_onednn
-        self.qweight = onednn.pack(self.qweight)
+        self.qweight = onednn.pack(self.qweight.reshape(self.out_features, -1))
         self.scales = self.scales.float()
         return True
 
+    def as_head(self) -> str:
+        """Make this int8 matrix's product give float32 (an output head: logits are not
+        rounded to bfloat16's steps), on the lab's kernel where it runs (float32 scales: the
+        same values), else on oneDNN's int8 matmul where that runs. Says which ("" where the
+        product stays PyTorch's bfloat16 one)."""
+        if self.kind != INT8:
+            return ""
+        if self.on_native:
+            self.scales = self.scales.float()
+            return "the lab's kernel"
+        return "oneDNN's int8 matmul" if self.use_onednn() else ""
+
     def stored(self) -> tuple[Tensor, Tensor]:
         """(integers, scales) as a cache file keeps them, whatever kernel runs them now:
-        int8 plain [N, K] with bfloat16 scales; int4 in the kernel's packed layout."""
+        int8 plain [N, K] with bfloat16 scales; int4 in the kernel's layout."""
+        if self.kind == INT8 and self.on_native:
+            return self.qweight.reshape(self.out_features, -1), self.scales.to(COMPUTE)
         if not self.on_onednn:
             return self.qweight, self.scales
         return onednn.unpack(self.qweight), self.scales.to(COMPUTE)
@@ -116,15 +139,18 @@ def fuse(mods: list[QuantLinear]) -> tuple[Tensor, Tensor] | None:
         return done
     same = all(m.kind == first.kind and m.in_features == first.in_features for m in mods)
     same = same and not any(m.on_onednn for m in mods)  # a head's layout: never fused
-    if not same or (first.kind == INT4 and len({m.scales.shape[0] for m in mods}) > 1):
+    same = same and len({m.on_native for m in mods}) == 1
+    groups_axis = 2 if first.on_native else 0  # int4 scales: [N, 2, G] or [G, N, 2]
+    if not same or (first.kind == INT4 and len({m.scales.shape[groups_axis] for m in mods}) > 1):
         return None
-    if first.kind == INT4 and any(m.out_features % ROW_BLOCK for m in mods[:-1]):
+    aten_int4 = first.kind == INT4 and not first.on_native
+    if aten_int4 and any(m.out_features % ROW_BLOCK for m in mods[:-1]):
         return None
     starts = [sum(m.out_features for m in mods[:i]) for i in range(1, len(mods))]
     if first.kind == INT8 and any(r * first.in_features % 64 or r * 2 % 64 for r in starts):
         return None  # a layer's rows or scales would start off the int8 kernel's alignment
     w = torch.cat([m.qweight for m in mods])
-    axis = 1 if first.kind == INT4 else 0  # int4 scales are [groups, N, 2]
+    axis = 1 if aten_int4 else 0  # PyTorch's int4 scales are [groups, N, 2]
     s = torch.cat([m.scales.contiguous() for m in mods], axis)
     row = 0
     for m in mods:

@@ -7,12 +7,23 @@ these, so the two cannot disagree."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import Tensor
 
 # TorchScript's name for its Scalar type (int or float), which the oneDNN op's argument list
 # takes; to Python (and to type checkers) it is a float.
 number = float
+
+# The lab's own int8 / int4 products (engine/quant/native.py builds their CPU kernels where it
+# can): their schemas defined here, whether or not they are built, so that TorchScript can
+# compile ``mm`` everywhere (a weight in their layout exists only where they run).
+_LIBRARY = torch.library.Library("decoding_lab", "FRAGMENT")
+for _schema in ("int8_mm(Tensor x, Tensor w, Tensor s) -> Tensor",
+                "int4_mm(Tensor x, Tensor w, Tensor sz) -> Tensor"):  # fmt: skip
+    with contextlib.suppress(RuntimeError):  # defined already (a module reloaded)
+        _LIBRARY.define(_schema)
 
 
 def linear(x: Tensor, w: Tensor, onednn: bool) -> Tensor:
@@ -56,13 +67,18 @@ def int8_onednn(x: Tensor, w: Tensor, s: Tensor) -> Tensor:
 def mm(x: Tensor, w: Tensor, s: Tensor, onednn: bool) -> Tensor:
     """``x @ w.T`` for x [n, K] and any weight: ``s`` empty for float weights; for int8 ``w``
     [N, K] its row scales [N]; for int4 ``w`` (uint8, packed) its (scale, zero) pairs
-    [K / group, N, 2]. Quantised products take and give bfloat16 (engine.quant.formats),
-    but for int8 weights packed for oneDNN (an output head, ``engine.quant.onednn``), which
-    give float32."""
+    [K / group, N, 2]; weights in the lab's own layouts (rank 3, ``engine.quant.native``) go
+    to its kernels. Quantised products take and give bfloat16 (engine.quant.formats), but for
+    int8 weights packed for oneDNN (an output head, ``engine.quant.onednn``), which give
+    float32."""
     if s.numel() == 0:
         return linear(x, w, onednn)
     if w.is_mkldnn:
         return int8_onednn(x, w, s)
+    if w.dim() == 3:
+        if w.dtype == torch.int8:
+            return torch.ops.decoding_lab.int8_mm(x.contiguous(), w, s)
+        return torch.ops.decoding_lab.int4_mm(x.contiguous(), w, s)
     if w.dtype == torch.int8:
         # the int8 kernel loads 16 bfloat16 activations at a time with aligned loads: a view
         # that does not start on a 32-byte boundary would crash the process, so copy it

@@ -173,18 +173,15 @@ def test_quant_rows_give_the_session_and_the_decode_rates():
         assert row["tok_s"] > 0 and row["decode_tok_s"] > 0 and row["matmul_ms"] > 0
         assert row["copy_share"] == pytest.approx(row["decode_tok_s"] * row["weight_mb"] / 1e4)
         assert row["weight_mb"] * 1e6 == pytest.approx(bench_quant.weight_bytes(models[kind]))
-    # the head's two kernels side by side, where the head runs on oneDNN; a float head: none
-    from engine.quant import onednn
-
+    # each quantised model's products on its kernels and on PyTorch's, side by side
     said.clear()
     bench_quant._say_heads(models, said.append, "Tiny")
-    heads = [bench_quant.head_kernels(m) for m in models.values()]
-    assert heads[0] is None
-    if onednn.usable():
-        assert len(said) == 2 and all("PyTorch's int8 kernel" in line for line in said)
-        assert all(h is not None and h[0] > 0 and h[1] > 0 for h in heads[1:])
-    else:
-        assert said == [] and heads == [None, None, None]
+    both = [bench_quant.products_both_ways(m) for m in models.values()]
+    assert both[0] is None and len(said) == 2
+    assert all("layers" in line and "head" in line and "PyTorch's" in line for line in said)
+    for got in both[1:]:
+        assert min(got["layers"] + got["head"]) > 0
+        assert got["head_kernel"] in ("the lab's", "oneDNN's", "PyTorch's")
 
 
 def test_quant_rows_survive_a_rate_that_cannot_be_measured(monkeypatch):

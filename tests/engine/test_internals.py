@@ -274,8 +274,9 @@ def test_the_strip_of_a_quantised_model_equals_its_per_step_lens(kind: str) -> N
 
 def test_a_quantised_heads_top_one_is_asked_of_the_head_itself() -> None:
     """Two tokens whose logits differ by 5e-4 at ~80: the head's own product (float32 logits
-    on oneDNN) tells them apart where a bfloat16 product of its dequantised weights ties them
-    (and argmax takes the lower id): the strip must answer as the head does."""
+    on the lab's kernel or oneDNN) tells them apart where a bfloat16 product of its
+    dequantised weights ties them (and argmax takes the lower id): the strip must answer as
+    the head does."""
     from types import SimpleNamespace
 
     from engine.quant.formats import COMPUTE
@@ -288,7 +289,7 @@ def test_a_quantised_heads_top_one_is_asked_of_the_head_itself() -> None:
     q[5, 0] = 126  # one step less on the column x barely uses: token 5 a hair above token 3
     q[3, 0] = 125
     head = QuantLinear(q, torch.full((32,), 0.01).to(COMPUTE), None, 64)
-    head.use_onednn()  # where the CPU has it; else both sides read bfloat16 logits alike
+    floats = head.as_head()  # float32 logits where a kernel gives them; else bf16 alike
     an = SimpleNamespace(
         head=head, softcap=None, finish=lambda t: t, final_norm=lambda t: t, out_scale=1.0
     )
@@ -297,7 +298,7 @@ def test_a_quantised_heads_top_one_is_asked_of_the_head_itself() -> None:
     x = x.to(COMPUTE)
     want = head(x).argmax(-1)
     top = lens_module.TopOne(head.weight)  # what the strip asked before: bf16 ties the two
-    if head.on_onednn:
+    if floats:
         assert int(want) == 5 and not bool(top(x, want).all())
     assert lens_module.asks_the_head(an)
     # a model of no layers whose output row is x: the chosen token decides at the output

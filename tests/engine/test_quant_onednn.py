@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_quant import PROMPT, _weights, quant_sized
 
-from engine.quant import onednn
+from engine.quant import native, onednn
 from engine.quant.apply import quantize_model
 from engine.quant.formats import COMPUTE, dequantize_int8, quantize_int8
 from engine.step.fastpath import FastStepper
@@ -19,6 +19,17 @@ from engine.step.stepper import ModelStepper
 needs_onednn = pytest.mark.skipif(
     not onednn.usable(), reason="no oneDNN int8 matmul with VNNI / AMX on this CPU"
 )
+
+
+@pytest.fixture(autouse=True)
+def _without_the_labs_kernels(monkeypatch):
+    """The head goes to oneDNN where the lab's own kernels do not run (engine.quant.native):
+    these tests switch them off to check that route."""
+    monkeypatch.setenv(native.SWITCH, "0")
+    native.usable.cache_clear()
+    yield
+    monkeypatch.delenv(native.SWITCH, raising=False)
+    native.usable.cache_clear()
 
 
 def _row_with_outlier(rows: int, k: int, seed: int) -> torch.Tensor:

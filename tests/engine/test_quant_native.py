@@ -1,0 +1,191 @@
+"""The lab's own int8 / int4 CPU products (engine.quant.native, csrc/matvec.cpp) against a
+float64 product of the same integers, on both routes (a few rows: integer dot products; more:
+float32 tiles), on every instruction set the file has (this CPU's, AVX2, plain C++: built in a
+child process), with NaN, zero and infinite rows; and the ways they are not used."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_quant import PROMPT, quant_sized
+
+from engine.quant import native
+from engine.quant.apply import quantize_model
+from engine.quant.formats import (
+    COMPUTE,
+    dequantize_int4,
+    dequantize_int8,
+    quantize_int4,
+    quantize_int8,
+)
+from engine.quant.linear import QuantLinear
+from engine.step.kernels import mm
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_native = pytest.mark.skipif(not native.usable(), reason=f"not built here: {native.why_not()}")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def _case(kind: str, rows: int, n: int = 160, k: int = 384, seed: int = 3):
+    """(x bfloat16 [rows, K] with an outlier column, the kernel's weights and scales, the float
+    weights they stand for)."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g)
+    x = torch.randn(rows, k, generator=g)
+    x[:, 7] = 14.0  # a hidden state's largest element is 7-18x its RMS
+    x = x.to(COMPUTE)
+    if kind == "int8":
+        q, s = quantize_int8(w)
+        return x, q.view(n, k // 32, 32), s, dequantize_int8(q, s)
+    u, sz = quantize_int4(w)
+    return x, native.pack4(u), native.scales4(sz), dequantize_int4(u, sz)
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 40])
+def test_products_are_within_their_bound_of_the_exact_product(kind, rows):
+    x, w, s, wf = _case(kind, rows)
+    got = mm(x, w, s, False)
+    assert got.dtype == COMPUTE and got.shape == (rows, w.shape[0])
+    ref = x.double() @ wf.double().t()
+    err = (got.double() - ref).abs()
+    bound = native.bound(x, wf, ref, rows <= 4)
+    assert bool((err <= bound).all()), (err / bound).max()
+    # and the bound is tight enough to mean something: a few percent of the output at most
+    assert float((bound / ref.abs().clamp_min(1.0)).median()) < 0.02
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_activations_the_int16_grid_holds_give_the_product_to_its_last_rounding(kind):
+    """Each group's elements are -max, 0 or +max: the integer route rounds nothing but the
+    output, so it must equal the float64 product to bfloat16's half unit. Fails with a wrong
+    group scale, a nibble read from the wrong half or a zero point off by one."""
+    x, w, s, wf = _case(kind, 2)
+    g = torch.Generator().manual_seed(9)
+    signs = torch.randint(-1, 2, x.shape, generator=g).float()
+    scale = torch.rand(x.shape[0], x.shape[1] // 32, 1, generator=g) * 4 + 0.5
+    xs = (signs.reshape(x.shape[0], -1, 32) * scale.to(COMPUTE).float()).reshape(x.shape)
+    xs[:, ::32] = scale.to(COMPUTE).float()[:, :, 0]  # every group holds its max
+    xs = xs.to(COMPUTE)
+    ref = xs.double() @ wf.double().t()
+    got = mm(xs, w, s, False).double()
+    slack = 1e-6 * (xs.double().abs() @ wf.double().abs().t())  # float32 sums
+    assert bool(((got - ref).abs() <= ref.abs() * 2.0**-8 + slack).all())
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("rows", [2, 9])
+def test_rows_of_zeros_stay_zero_and_nan_or_inf_stay_in_their_row(kind, rows):
+    x, w, s, _ = _case(kind, rows)
+    x[0] = 0
+    x[1, 40] = float("nan")
+    if rows > 2:
+        x[2, 3] = float("inf")
+    got = mm(x.contiguous(), w, s, False)
+    assert bool((got[0] == 0).all())
+    assert bool(got[1].isnan().all())
+    if rows > 2:
+        assert not bool(got[2].isfinite().all())
+        assert bool(got[3:].isfinite().all())
+
+
+@needs_native
+def test_a_wrong_shape_is_refused_with_its_reason():
+    x, w, s, _ = _case("int4", 1)
+    with pytest.raises(RuntimeError, match="columns"):
+        torch.ops.decoding_lab.int4_mm(x[:, :320].contiguous(), w, s)
+    with pytest.raises(RuntimeError, match="scales"):
+        torch.ops.decoding_lab.int4_mm(x, w, s[:, :, :4].contiguous())
+
+
+def _child(march: str) -> dict:
+    env = {**os.environ, native.MARCH: march}
+    env.pop(native.SWITCH, None)
+    code = (
+        "import json, torch, engine.step.kernels\n"
+        "from engine.quant import native\n"
+        "native._build()\n"
+        "print(json.dumps({'isa': torch.ops.decoding_lab.isa(),"
+        " 'agrees': native._probe_agrees(), 'usable': native.usable(), 'why': native.why_not()}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler here")
+@pytest.mark.parametrize(("march", "isa", "flag"), [("haswell", "avx2", "avx2"),
+                                                     ("x86-64", "scalar", "sse2")])  # fmt: skip
+def test_the_avx2_and_plain_paths_agree_with_float64_too(march, isa, flag):
+    """Whatever this CPU has, the file's other paths are built and checked here (the AVX2 one
+    runs on AMD machines without AVX-512); the plain one is right but never used."""
+    if flag not in _cpu_flags():
+        pytest.skip(f"this CPU has no {flag}")
+    got = _child(march)
+    assert got["isa"] == isa and got["agrees"], got
+    assert got["usable"] == (isa != "scalar"), got
+
+
+def test_they_are_used_wherever_a_compiler_and_avx2_are_here():
+    """The tests above skip where the kernels are not built: a machine with a C++ compiler and
+    AVX2 must build and use them, so a build or probe gone wrong cannot hide behind a skip."""
+    if shutil.which("c++") is None or "avx2" not in _cpu_flags():
+        pytest.skip("no C++ compiler or no AVX2 here")
+    assert native.usable(), native.why_not()
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_quantised_model_runs_on_them_and_matches_pytorchs_kernels(kind, monkeypatch):
+    """The same model quantised with the lab's kernels and with PyTorch's (switched off):
+    every product on the chosen kernels, the summary says whose, and the logits agree within
+    the two kernels' roundings."""
+    model = quant_sized("llama")
+    summary = quantize_model(model, kind)
+    mods = [m for m in model.modules() if isinstance(m, QuantLinear) and not m.on_onednn]
+    assert mods and all(m.on_native for m in mods)
+    assert f"the lab's kernels ({native.isa()})" in summary.describe()
+
+    monkeypatch.setenv(native.SWITCH, "0")
+    native.usable.cache_clear()
+    try:
+        plain = quant_sized("llama")
+        plain_summary = quantize_model(plain, kind)
+        plain_mods = [m for m in plain.modules() if isinstance(m, QuantLinear)]
+        assert not any(m.on_native for m in plain_mods)
+        assert "PyTorch's kernels" in plain_summary.describe()
+        assert native.SWITCH in plain_summary.describe()
+    finally:
+        monkeypatch.delenv(native.SWITCH)
+        native.usable.cache_clear()
+    assert native.usable()
+    ids = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        a = model(ids).logits.float()
+        b = plain(ids).logits.float()
+        a1 = model(ids[:, :3]).logits.float()  # three rows: the integer route
+        b1 = plain(ids[:, :3]).logits.float()
+    spread = b.std()
+    assert float((a - b).abs().max()) < 0.05 * float(spread)
+    assert float((a1 - b1).abs().max()) < 0.05 * float(spread)
+    for m in mods:  # the weights the model reports are the ones its kernel multiplies by
+        assert m.weight.shape == (m.out_features, m.in_features)
