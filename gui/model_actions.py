@@ -125,6 +125,8 @@ class ModelActions(QObject):
         self.bundle, self._loading_source = bundle, None
         h.picker.remember(source)
         h.model_label.setText(bundle.describe())
+        # int8 / int4: where the integers came from and whose kernels run them
+        h.model_label.setToolTip(bundle.extra.get("quant_summary", ""))
         h.show_capability(getattr(bundle, "capability_versions", tuple)())  # a served model
         h.method.set_served(hasattr(bundle, "make_session"))  # a served model's stream mode
         h.prompt_box.describe_model(bundle.is_encoder_decoder, bundle.has_chat_template)

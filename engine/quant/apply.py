@@ -205,6 +205,7 @@ def quantize_model(
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 and int4 weights run on the CPU kernels only")
     given = given or {}
+    native.prepare(say)
     head = _head_name(model)
     summary = QuantSummary(kind)
     layers = list(_linear_layers(model))

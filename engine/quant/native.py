@@ -26,7 +26,9 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -45,6 +47,19 @@ _state: dict[str, str] = {}
 def _march() -> str:
     want = os.environ.get(MARCH, "native").strip() or "native"
     return want if re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,31}", want) else "native"
+
+
+def tried() -> bool:
+    """Whether this process has tried to build and load the kernels yet."""
+    return usable.cache_info().currsize > 0
+
+
+def prepare(say: Callable[[str], None] | None) -> bool:
+    """``usable()``, saying first that the kernels are being built where this process has not
+    tried yet (a few seconds, once per CPU and torch; later starts load the build)."""
+    if say is not None and not tried():
+        say("Building the lab's int8 / int4 kernels for this CPU (once, a few seconds)")
+    return usable()
 
 
 def why_not() -> str:
@@ -80,6 +95,9 @@ def _build() -> None:
         pass
     folder = _build_folder()
     folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.parent.glob(f"matvec-{_march()}-*"):  # builds of an earlier source
+        if old != folder:
+            shutil.rmtree(old, ignore_errors=True)
     flags = ["-O3", f"-march={_march()}", "-fopenmp"]
     cpp_extension.load(
         name=f"decoding_lab_matvec_{_march().replace('-', '_').replace('.', '_')}",

@@ -18,6 +18,9 @@ def test_weights_choice_loads_reloads_and_is_remembered(qtbot, window, tiny_dir,
         weights.dtype_chosen.emit("int4")  # as the user's pick emits it
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=5000)
     assert window.models.bundle.dtype_name == "int4"
+    # the label's tooltip says where the integers came from and whose kernels run them
+    assert window.model_label.toolTip() == window.models.bundle.extra["quant_summary"]
+    assert "kernels" in window.model_label.toolTip()
     window.sampler.set_settings(window.sampler.settings().with_(max_new_tokens=6, seed=1))
     window.prompt.setPlainText("Hello there")
     run(qtbot, window, window.generate)  # a run on the int4 model
