@@ -375,6 +375,34 @@ at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
   return out;
 }
 
+// One int4 row dequantised to float32: v[c] = (u_c - 8) * scale + zero
+void int4_row(const uint8_t* bytes, const uint16_t* scales, int64_t k, float* v) {
+  const int64_t groups = k / kGroup;
+  for (int64_t run = 0; run < k / 64; ++run) {
+    const float s0 = bf16(scales[2 * run]), z0 = bf16(scales[groups + 2 * run]) - 8.f * s0;
+    const float s1 = bf16(scales[2 * run + 1]), z1 = bf16(scales[groups + 2 * run + 1]) - 8.f * s1;
+    const uint8_t* b = bytes + run * 32;
+    float* out = v + run * 64;
+#if defined(__AVX512BW__)
+    const __m512i low = _mm512_set1_epi32(15);
+    const __m512 vs0 = _mm512_set1_ps(s0), vz0 = _mm512_set1_ps(z0);
+    const __m512 vs1 = _mm512_set1_ps(s1), vz1 = _mm512_set1_ps(z1);
+    for (int half = 0; half < 2; ++half) {
+      const __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + 16 * half)));
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(u, low));
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(u, 4));
+      _mm512_storeu_ps(out + 16 * half, _mm512_fmadd_ps(lo, vs0, vz0));
+      _mm512_storeu_ps(out + 32 + 16 * half, _mm512_fmadd_ps(hi, vs1, vz1));
+    }
+#else
+    for (int j = 0; j < 32; ++j) {
+      out[j] = float(b[j] & 15) * s0 + z0;
+      out[32 + j] = float(b[j] >> 4) * s1 + z1;
+    }
+#endif
+  }
+}
+
 // ---- int4 ---------------------------------------------------------------------------------
 
 
@@ -390,16 +418,7 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
   const auto* sp = reinterpret_cast<const uint16_t*>(sz.data_ptr<c10::BFloat16>());
   if (m > kFewRows)
     return many_rows(x, n, k, [&](int64_t r, float* v) {
-      const uint16_t* scales = sp + r * 2 * groups;
-      const uint8_t* bytes = wp + r * (k / 2);
-      for (int64_t run = 0; run < k / 64; ++run) {
-        const float s0 = bf16(scales[2 * run]), z0 = bf16(scales[groups + 2 * run]);
-        const float s1 = bf16(scales[2 * run + 1]), z1 = bf16(scales[groups + 2 * run + 1]);
-        for (int j = 0; j < 32; ++j) {
-          v[run * 64 + j] = (float(bytes[run * 32 + j] & 15) - 8.f) * s0 + z0;
-          v[run * 64 + 32 + j] = (float(bytes[run * 32 + j] >> 4) - 8.f) * s1 + z1;
-        }
-      }
+      int4_row(wp + r * (k / 2), sp + r * 2 * groups, k, v);
     });
   at::Tensor out = at::empty({m, n}, x.options());
   auto* op = out.data_ptr<c10::BFloat16>();
