@@ -67,9 +67,10 @@ def _rate(model: torch.nn.Module, ids: list[int], n: int) -> tuple[float, float,
     """Our fast path, greedy with the top-20 per step, after a warm-up session (TorchScript
     specialises the step on the first calls with each kind of weight): (tokens per second of
     the whole session, prompt included; of its decode alone, from the first token to the
-    last; the stepper). A quantised model's prompt pass is its slowest part per token: the
-    kernels multiply M rows by dequantising per row (38 prompt tokens, Qwen2.5-0.5B shape:
-    float32 170 ms, int4 194 ms, int8 230 ms)."""
+    last; the stepper). A quantised model's prompt pass is its slowest part per token: more
+    than 4 rows are multiplied on float32 tiles of the dequantised weights (38 prompt tokens,
+    Qwen2.5-0.5B shape, stop 44: float32 175-195 ms, int8 215-235, int4 210-215; PyTorch's
+    kernels int8 256, int4 200), so the session's ratio to float32 is below the decode's."""
     settings = SamplerSettings(temperature=0, max_new_tokens=n, min_new_tokens=n)
 
     def session() -> GenerationSession:

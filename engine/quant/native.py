@@ -37,6 +37,7 @@ from torch import Tensor
 from engine.models.device import switched_off
 
 SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
+SOURCES = (SOURCE, SOURCE.with_name("layer.cpp"))  # the products; a layer's small steps
 SWITCH = "DECODING_LAB_NATIVE_KERNELS"
 # The CPU the build is for: this one by default; the tests build the AVX2 and plain C++ paths
 # too (haswell, x86-64) in a child process, whatever this machine has.
@@ -79,7 +80,8 @@ def _build_folder() -> Path:
     with contextlib.suppress(OSError):
         flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
                       if line.startswith("flags")), "")  # fmt: skip
-    key = hashlib.sha256(SOURCE.read_bytes() + flags.encode() + torch.__version__.encode())
+    text = b"".join(path.read_bytes() for path in SOURCES)
+    key = hashlib.sha256(text + flags.encode() + torch.__version__.encode())
     return cache_root() / "kernels" / f"matvec-{_march()}-{key.hexdigest()[:16]}"
 
 
@@ -101,7 +103,7 @@ def _build() -> None:
     flags = ["-O3", f"-march={_march()}", "-fopenmp"]
     cpp_extension.load(
         name=f"decoding_lab_matvec_{_march().replace('-', '_').replace('.', '_')}",
-        sources=[str(SOURCE)], extra_cflags=flags,
+        sources=[str(path) for path in SOURCES], extra_cflags=flags,
         extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False,
         verbose=False,
     )  # fmt: skip
@@ -157,8 +159,9 @@ def usable() -> bool:
         _build()
         _state["isa"] = torch.ops.decoding_lab.isa()
     except Exception as e:  # noqa: BLE001 - any build failure means PyTorch's kernels run
-        first = str(e).strip().splitlines()[:1] or [type(e).__name__]
-        _state["why"] = f"no build of the lab's kernels here ({first[0][:160]})"
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        said = next((ln for ln in lines if "error" in ln.lower()), lines[0])  # the compiler's
+        _state["why"] = f"no build of the lab's kernels here ({said.strip()[:200]})"
         return False
     if _state["isa"] == "scalar":
         _state["why"] = "no AVX2 or AVX-512 here: PyTorch's kernels are faster"

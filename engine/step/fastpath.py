@@ -26,6 +26,10 @@ reordered once into oneDNN's blocked layout (a second copy, cached per model), b
 plain bfloat16 layout is no faster. If the oneDNN op is missing or disagrees with ``x @ w.T``
 on a probe, the path falls back to ``x @ w.T``.
 
+One new token of a Llama-shaped int8 / int4 model runs its layers' small steps on the lab's
+fused CPU ops where they are built (``fused_here``;
+``engine.step.forward.fused_layer``; ``DECODING_LAB_FUSED=0`` turns them off).
+
 ``FastStepper`` is a ``engine.step.stepper.Stepper`` (``logits``, ``truncate``, ``cache``,
 ``forward_passes``), so sessions can use it or ``ModelStepper`` alike.
 """
@@ -40,8 +44,17 @@ from typing import Any
 
 import torch
 
+from engine.models.device import switched_off
+from engine.quant import native
 from engine.step.fast_spec import (  # noqa: F401 - re-exported: the fast path's public names
+    ACT_SILU,
     FAMILIES,
+    IN_B,
+    NORM_RMS,
+    PA_W,
+    PF_B,
+    PFF_W,
+    QN_W,
     SUPPORTED,
     FastPathUnsupported,
     Spec,
@@ -163,6 +176,24 @@ def prepared(
     return made
 
 
+def fused_here(spec: Spec) -> bool:
+    """Whether one token's layers run on the lab's fused ops (``forward.fused_layer``): an
+    int8 / int4 model's step on the CPU (bfloat16 activations) with RMS norms and no others in
+    the layers, a gated SiLU, rotary positions and no soft cap, where the lab's kernels are
+    built here. A bfloat16 model keeps the unfused step, which gives transformers.generate's
+    greedy tokens (the fused attention's float32 probabilities parted from them at a near-tie,
+    token 28 of 64 of SmolLM2's sea poem)."""
+    plain = all(
+        layer[s].numel() == 0 for layer in spec.layers for s in (IN_B, QN_W, PA_W, PF_B, PFF_W)
+    )
+    shaped = spec.norm_kind == NORM_RMS and spec.act_kind == ACT_SILU and spec.gated
+    shaped = shaped and spec.attn_softcap <= 0.0 and len(spec.inv_freqs) > 0 and plain
+    quantised = all(layer[s].numel() > 0 for layer in spec.layers for s in Spec.SCALE_SLOTS)
+    if spec.device.type != "cpu" or spec.dtype != torch.bfloat16 or not shaped or not quantised:
+        return False
+    return not switched_off("DECODING_LAB_FUSED") and native.usable()
+
+
 class FastStepper:
     """The fast path's step (``engine.step.forward.forward``; TorchScript on CPU) over a
     ``StaticKV`` that grows as needed (attention reads only the filled part): the CPU path,
@@ -181,7 +212,10 @@ class FastStepper:
             ready = prepared(model, spec.layers, spec.lm_head)
         self.onednn, self.lm_head = ready.onednn, ready.lm_head
         self.layers = [list(layer) for layer in ready.layers]  # shared tensors, own lists
-        self._args = spec.args(self.onednn) | {"layers": self.layers, "lm_head": self.lm_head}
+        self.fused = fused_here(spec)
+        self._args = spec.args(self.onednn, self.fused) | {
+            "layers": self.layers, "lm_head": self.lm_head,
+        }  # fmt: skip
         self._forward = cpu_step(self.device, "forward")  # TorchScript on CPU: scripted.py
         self.forward_passes = 0
         self.cache = StaticKV(

@@ -173,10 +173,16 @@ def decoder_layer(
     x: Tensor, w: list[Tensor], i: int, layer: Tensor, pos: Tensor, cos_sin: list[Tensor],
     mask: Tensor | None, k_all: Tensor, v_all: Tensor, attn_len: int, n_heads: int,
     n_kv: int, head_dim: int, rot: int, eps: float, norm_kind: int, act_kind: int,
-    gated: bool, attn_scale: float, attn_softcap: float, onednn: bool,
+    gated: bool, attn_scale: float, attn_softcap: float, onednn: bool, fused: bool,
 ) -> Tensor:  # fmt: skip
-    """One decoder layer over x [n, hidden] (``cos_sin`` empty: no rotary)."""
+    """One decoder layer over x [n, hidden] (``cos_sin`` empty: no rotary); ``fused``: one
+    token's layer on the lab's fused CPU ops where the layer has the shape they take."""
     n = x.shape[0]
+    if fused and n == 1 and mask is None:
+        return fused_layer(
+            x, w, i, pos, cos_sin, k_all, v_all, attn_len, n_heads, n_kv, rot, eps,
+            attn_scale, onednn,
+        )  # fmt: skip
     q_size, kv_size = n_heads * head_dim, n_kv * head_dim
     h = norm(x, w[IN_W], w[IN_B], norm_kind, eps)
     qkv = affine(h, w[QKV_W], w[QKV_S], w[QKV_B], onednn)  # [n, q + 2 kv]
@@ -208,6 +214,26 @@ def decoder_layer(
     return x + m
 
 
+def fused_layer(
+    x: Tensor, w: list[Tensor], i: int, pos: Tensor, cos_sin: list[Tensor], k_all: Tensor,
+    v_all: Tensor, attn_len: int, n_heads: int, n_kv: int, rot: int, eps: float,
+    attn_scale: float, onednn: bool,
+) -> Tensor:  # fmt: skip
+    """``decoder_layer`` for one bfloat16 token of a Llama-shaped layer (RMS norms, gated
+    SiLU, rotary, no other norms; ``engine.step.fast_spec.fused_here`` says which) on the lab's
+    CPU ops (``engine/quant/csrc/layer.cpp``): six calls around the four products where the
+    unfused layer makes ~30, the same numbers up to the order of a sum."""
+    lab = torch.ops.decoding_lab
+    h = lab.rms_norm(x, w[IN_W], eps)
+    qkv = affine(h, w[QKV_W], w[QKV_S], w[QKV_B], onednn).contiguous()
+    q = lab.rope_kv(qkv, cos_sin[0], cos_sin[1], k_all, v_all, i, pos, n_heads, n_kv, rot)
+    att = lab.decode_attention(q, k_all, v_all, i, attn_len, attn_scale)  # [H, 1, D]
+    a = affine(att.reshape(1, -1), w[O_W], w[O_S], w[O_B], onednn)
+    x, h = lab.add_rms_norm(x, a, w[PF_W], eps)
+    u = lab.silu_mul(affine(h, w[UP_W], w[UP_S], w[UP_B], onednn))
+    return x + affine(u, w[DOWN_W], w[DOWN_S], w[DOWN_B], onednn)
+
+
 def forward(
     ids: Tensor, pos: Tensor, attn_len: int, always_mask: bool, embed: Tensor,
     embed_scale: Tensor, wpe: Tensor, layers: list[list[Tensor]], sliding: list[bool],
@@ -215,7 +241,7 @@ def forward(
     k_all: Tensor, v_all: Tensor, inv_freqs: list[Tensor], rope_scales: list[float], rot: int,
     n_heads: int, n_kv: int, head_dim: int, eps: float, norm_kind: int, act_kind: int,
     gated: bool, attn_scale: float, attn_softcap: float, final_softcap: float, window: int,
-    keep: int, onednn: bool,
+    keep: int, onednn: bool, fused: bool,
 ) -> Tensor:  # fmt: skip
     """One pass of a decoder over ``ids`` at ``pos`` (the module doc has the shapes)."""
     n = ids.shape[0]
@@ -234,7 +260,7 @@ def forward(
             x, layers[i], i, layer_ids[i : i + 1], pos,
             tables[rope_of[i]] if len(tables) > 0 else no_rotary, mask, k_all, v_all,
             attn_len, n_heads, n_kv, head_dim, rot, eps, norm_kind, act_kind, gated,
-            attn_scale, attn_softcap, onednn,
+            attn_scale, attn_softcap, onednn, fused,
         )  # fmt: skip
     x = norm(x[n - keep :], final_w, final_b, norm_kind, eps)
     logits = mm(x, lm_head, lm_head_s, onednn)

@@ -20,8 +20,18 @@ number = float
 # can): their schemas defined here, whether or not they are built, so that TorchScript can
 # compile ``mm`` everywhere (a weight in their layout exists only where they run).
 _LIBRARY = torch.library.Library("decoding_lab", "FRAGMENT")
-for _schema in ("int8_mm(Tensor x, Tensor w, Tensor s) -> Tensor",
-                "int4_mm(Tensor x, Tensor w, Tensor sz) -> Tensor"):  # fmt: skip
+for _schema in (
+    "int8_mm(Tensor x, Tensor w, Tensor s) -> Tensor",
+    "int4_mm(Tensor x, Tensor w, Tensor sz) -> Tensor",
+    # one decoder layer's small steps for one token (csrc/layer.cpp; engine.step.forward)
+    "rms_norm(Tensor x, Tensor w, float eps) -> Tensor",
+    "add_rms_norm(Tensor x, Tensor a, Tensor w, float eps) -> (Tensor, Tensor)",
+    "silu_mul(Tensor u) -> Tensor",
+    "rope_kv(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) k_all, Tensor(b!) v_all, "
+    "int layer, Tensor pos, int n_heads, int n_kv, int rot) -> Tensor",
+    "decode_attention(Tensor q, Tensor k_all, Tensor v_all, int layer, int attn_len, "
+    "float scale) -> Tensor",
+):
     with contextlib.suppress(RuntimeError):  # defined already (a module reloaded)
         _LIBRARY.define(_schema)
 

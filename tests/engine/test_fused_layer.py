@@ -1,0 +1,117 @@
+"""One token's decoder layer on the lab's fused CPU ops (engine/quant/csrc/layer.cpp,
+engine.step.forward.fused_layer): each op against the unfused step's own operations, the
+fused layer against the unfused one, which steps use it, and what the ops refuse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_quant import PROMPT, quant_sized
+
+from engine.quant import native
+from engine.quant.apply import quantize_model
+from engine.step import forward as step
+from engine.step.fastpath import FastStepper
+
+pytestmark = pytest.mark.skipif(not native.usable(), reason=f"not built: {native.why_not()}")
+lab = torch.ops.decoding_lab
+BF = torch.bfloat16
+
+
+def _ulps(a: torch.Tensor, b: torch.Tensor) -> int:
+    """The largest distance between two bfloat16 tensors in units of the last place."""
+    ia, ib = a.view(torch.int16).int(), b.view(torch.int16).int()
+    ia = torch.where(ia < 0, -32768 - ia, ia)  # sign-magnitude -> ordered integers
+    ib = torch.where(ib < 0, -32768 - ib, ib)
+    return int((ia - ib).abs().max())
+
+
+@pytest.mark.parametrize("width", [64, 576, 896])
+def test_norms_and_silu_are_the_unfused_operations(width):
+    g = torch.Generator().manual_seed(width)
+    x = (torch.randn(3, width, generator=g) * 3).to(BF)
+    a = torch.randn(3, width, generator=g).to(BF)
+    w = torch.randn(width, generator=g).to(BF)
+    want = w * step.rms(x.float(), 1e-6).to(BF)
+    assert _ulps(lab.rms_norm(x, w, 1e-6), want) <= 1  # a sum's order may move one rounding
+    s, h = lab.add_rms_norm(x, a, w, 1e-6)
+    assert torch.equal(s, x + a)
+    assert _ulps(h, w * step.rms((x + a).float(), 1e-6).to(BF)) <= 1
+    u = torch.randn(2, 2 * width, generator=g).to(BF)
+    gate, up = u.chunk(2, -1)
+    assert _ulps(lab.silu_mul(u), step.act(gate, step.ACT_SILU) * up) <= 1
+
+
+@pytest.mark.parametrize(("heads", "kv", "d", "rot"), [(14, 2, 64, 64), (4, 4, 32, 16)])
+def test_rotary_and_cache_writes_are_the_unfused_ones_bit_for_bit(heads, kv, d, rot):
+    g = torch.Generator().manual_seed(heads)
+    qkv = torch.randn(1, (heads + 2 * kv) * d, generator=g).to(BF)
+    pos = torch.tensor([7])
+    inv = [1.0 / (10000 ** (torch.arange(0, rot, 2).float() / rot))]
+    cos, sin = step.rotary_tables(pos, inv, [1.0], qkv)[0]
+    k_all = torch.randn(3, kv, 12, d, generator=g).to(BF)
+    v_all = torch.randn(3, kv, 12, d, generator=g).to(BF)
+    k_ref, v_ref = k_all.clone(), v_all.clone()
+    q = lab.rope_kv(qkv, cos, sin, k_all, v_all, 2, pos, heads, kv, rot)
+    qk = qkv[:, : (heads + kv) * d].view(1, heads + kv, d).transpose(0, 1)
+    v = qkv[:, (heads + kv) * d :].view(1, kv, d).transpose(0, 1)
+    qk = step.rotate(qk, cos, sin, rot)
+    k_new, v_new = qk[heads:].transpose(0, 1), v.transpose(0, 1)
+    step.write_kv(k_ref, v_ref, torch.tensor([2]), pos, k_new, v_new)
+    assert torch.equal(q, qk[:heads]) and torch.equal(k_all, k_ref) and torch.equal(v_all, v_ref)
+    with pytest.raises(RuntimeError, match="past the cache"):
+        lab.rope_kv(qkv, cos, sin, k_all, v_all, 2, torch.tensor([12]), heads, kv, rot)
+
+
+@pytest.mark.parametrize(("heads", "kv", "length"), [(14, 2, 1), (14, 2, 37), (4, 4, 300)])
+def test_one_query_attention_is_within_bfloat16s_rounding_of_the_exact_one(heads, kv, length):
+    g = torch.Generator().manual_seed(length)
+    d = 64
+    q = torch.randn(heads, 1, d, generator=g).to(BF)
+    k_all = (torch.randn(2, kv, 320, d, generator=g) * 2).to(BF)
+    v_all = torch.randn(2, kv, 320, d, generator=g).to(BF)
+    got = lab.decode_attention(q, k_all, v_all, 1, length, 0.125)
+    rep = heads // kv
+    k = k_all[1, :, :length].double().repeat_interleave(rep, 0)
+    v = v_all[1, :, :length].double().repeat_interleave(rep, 0)
+    exact = torch.softmax(q.double() @ k.transpose(1, 2) * 0.125, -1) @ v
+    assert float((got.double() - exact).abs().max()) <= float(exact.abs().max()) * 2.0**-8 + 1e-6
+    sdpa = step.attend(q, k_all[1, :, :length], v_all[1, :, :length], None, 0.125, 0.0, rep > 1)
+    assert (
+        float((got.double() - exact).abs().max())
+        <= float((sdpa.double() - exact).abs().max()) + 1e-6
+    )
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_quantised_step_runs_fused_and_gives_the_unfused_steps_numbers(family, kind, monkeypatch):
+    model = quant_sized(family)
+    quantize_model(model, kind)
+    fused = FastStepper(model)
+    assert fused.fused
+    monkeypatch.setenv("DECODING_LAB_FUSED", "0")
+    plain = FastStepper(model)
+    assert not plain.fused
+    seq = list(PROMPT)
+    fused.logits(seq)
+    plain.logits(seq)
+    for token in (3, 8, 41, 5):  # one token at a time: the fused layers
+        seq.append(token)
+        a, b = fused.logits(seq)[-1], plain.logits(seq)[-1]
+        torch.testing.assert_close(a, b, atol=0.05, rtol=0.02)
+    # the keys and values the fused layers wrote are the unfused layers' (their inputs differ
+    # by the layers' roundings only)
+    n = len(seq)
+    torch.testing.assert_close(fused.cache.k[:, :, :n].float(), plain.cache.k[:, :, :n].float(),
+                               atol=0.05, rtol=0.02)  # fmt: skip
+    torch.testing.assert_close(fused.cache.v[:, :, :n].float(), plain.cache.v[:, :, :n].float(),
+                               atol=0.05, rtol=0.02)  # fmt: skip
+
+
+def test_which_steps_are_fused():
+    bf16 = quant_sized("llama").to(BF)  # bfloat16 keeps transformers' greedy tokens
+    assert not FastStepper(bf16).fused
+    gpt2 = quant_sized("gpt2")  # a layer norm and GELU: not the shape the ops take
+    quantize_model(gpt2, "int4")
+    assert not FastStepper(gpt2).fused
