@@ -147,6 +147,14 @@ def attribute_inputs(
     if not FIRST_SEGMENTS * SEGMENT_STEPS <= n_steps <= MAX_STEPS:
         raise ValueError(f"The step budget must be {FIRST_SEGMENTS * SEGMENT_STEPS}..{MAX_STEPS}, "
                          f"not {n_steps}.")  # fmt: skip
+    from engine.quant.linear import quantised_kind
+
+    kind = quantised_kind(bundle.model)
+    if kind is not None:  # its products' gradients would be taken in bfloat16 through integers
+        raise InternalsUnavailable(
+            f"Input attribution runs on float weights; this model's are {kind}: open it in "
+            "float32 or bfloat16 to attribute its inputs."
+        )
     q = path.query(step)
     if q + 1 > MAX_TOKENS:
         raise InternalsUnavailable(

@@ -28,12 +28,15 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
+import engine.step.kernels  # noqa: F401 - defines the ops' schemas this library implements
 from engine.models.device import switched_off
 
 SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
@@ -42,6 +45,7 @@ SWITCH = "DECODING_LAB_NATIVE_KERNELS"
 # The CPU the build is for: this one by default; the tests build the AVX2 and plain C++ paths
 # too (haswell, x86-64) in a child process, whatever this machine has.
 MARCH = "DECODING_LAB_NATIVE_MARCH"
+STALE_LOCK_S = 300  # a build takes ~6 s; a lock this old was left by a killed one
 _state: dict[str, str] = {}
 
 
@@ -85,8 +89,29 @@ def _build_folder() -> Path:
     return cache_root() / "kernels" / f"matvec-{_march()}-{key.hexdigest()[:16]}"
 
 
+def _library_name() -> str:
+    return f"decoding_lab_matvec_{_march().replace('-', '_').replace('.', '_')}"
+
+
 def _build() -> None:
-    """Compile and load the library (its ops then have their CPU kernels)."""
+    """Load the built library (its ops then have their CPU kernels), building it first where
+    it is not built: torch's builder waits on its lock file with no end, so it is only asked
+    when there is something to build, and a lock left by a build that was killed is old."""
+    folder = _build_folder()
+    built = folder / f"{_library_name()}.so"
+    if built.exists():
+        try:
+            torch.ops.load_library(str(built))
+            return
+        except OSError:  # a damaged file (a full disk, say): built again, once
+            shutil.rmtree(folder, ignore_errors=True)
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"no C++ compiler ({compiler}) on PATH")
+    _compile(folder)
+
+
+def _compile(folder: Path) -> None:
     from torch.utils import cpp_extension
 
     try:
@@ -95,55 +120,79 @@ def _build() -> None:
         os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
     except ImportError:
         pass
-    folder = _build_folder()
     folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.parent.glob(f"matvec-{_march()}-*"):  # builds of an earlier source
-        if old != folder:
-            shutil.rmtree(old, ignore_errors=True)
-    flags = ["-O3", f"-march={_march()}", "-fopenmp"]
+    lock = folder / "lock"
+    with contextlib.suppress(OSError):
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink()
+    for old in folder.parent.glob(f"matvec-{_march()}-*"):  # an earlier source's, unused a day
+        with contextlib.suppress(OSError):
+            if old != folder and time.time() - old.stat().st_mtime > 86400:
+                shutil.rmtree(old, ignore_errors=True)
     cpp_extension.load(
-        name=f"decoding_lab_matvec_{_march().replace('-', '_').replace('.', '_')}",
-        sources=[str(path) for path in SOURCES], extra_cflags=flags,
-        extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False,
-        verbose=False,
+        name=_library_name(), sources=[str(path) for path in SOURCES],
+        extra_cflags=["-O3", f"-march={_march()}", "-fopenmp"], extra_ldflags=["-fopenmp"],
+        build_directory=str(folder), is_python_module=False, verbose=False,
     )  # fmt: skip
 
 
-def bound(x: Tensor, w: Tensor, ref: Tensor, few_rows: bool) -> Tensor:
+def bound(
+    x: Tensor, w: Tensor, ref: Tensor, few_rows: bool, rounded: Tensor | None = None
+) -> Tensor:
     """How far the kernels' product of x [M, K] (bfloat16) and the float weights w [N, K]
     they stand for may be from the exact one ``ref`` [M, N]: the output's rounding to
-    bfloat16 (half a unit: at most 2^-8 of it), float32 sums, and, for a few rows of x (the integer
-    products), each activation off by at most half its group's step, max|x_g| / 65,534."""
+    bfloat16 (half a unit: at most 2^-8 of it), float32 sums of K terms (K 2^-24 of the sum of
+    |x w|), and, for a few rows of x (the integer products), each activation off by at most
+    half its group's step, max|x_g| / 65,534 (a group under 1e-30 counts as zeros: off by
+    its max), times the weight it meets: ``rounded`` [N, K]
+    (int4: scale * u, the kernel's integers times their scale; default |w|)."""
     xd, wd = x.double(), w.double()
     slack = xd.abs() @ wd.abs().t()
-    out = ref.abs() * 2.0**-8 + slack * 2e-6
+    out = ref.abs() * 2.0**-8 + slack * (x.shape[1] * 2.0**-24) + 1e-33  # 1e-33: tiny sums
     if few_rows:
-        step = xd.reshape(x.shape[0], -1, 32).abs().amax(-1, keepdim=True) / 65534.0
+        top = xd.reshape(x.shape[0], -1, 32).abs().amax(-1, keepdim=True)
+        step = torch.where(top < 1e-30, top, top / 65534.0)  # a group under 1e-30: zeros
         per_column = step.expand(-1, -1, 32).reshape(x.shape)
-        out = out + per_column @ wd.abs().t()
+        meets = wd.abs() if rounded is None else rounded.double().abs()
+        out = out + per_column @ meets.t()
     return out
 
 
-def _probe_agrees() -> bool:
-    """Both products, at shapes that take the few-rows route and the tile route, against a
-    float64 product of the same integers, within ``bound``."""
+def scaled_u(u: Tensor, sz: Tensor) -> Tensor:
+    """scale * u [N, K] of int4 integers u [N, K] and PyTorch's pairs sz [K / 32, N, 2]: what
+    an activation's rounding meets in the int4 kernel (its zero term uses exact sums)."""
+    scale = sz[..., 0].float().t().repeat_interleave(u.shape[1] // sz.shape[0], 1)
+    return u.float() * scale
+
+
+def agrees(n: int, k: int, rows: int, seed: int = 44) -> bool:
+    """Both products of ``rows`` rows of x with an [n, k] matrix against a float64 product of
+    the same integers, within ``bound`` (more than 4 rows take the tile route)."""
     from engine.quant.formats import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
 
-    gen = torch.Generator().manual_seed(44)
-    w = torch.randn(96, 192, generator=gen)
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=gen)
     q8, s8 = quantize_int8(w)
     u4, sz = quantize_int4(w)
-    for rows in (1, 4, 7):
-        x = torch.randn(rows, 192, generator=gen)
-        x[:, 5] = 9.0  # a hidden state's largest element is 7-18x its RMS
-        x = x.to(torch.bfloat16)
-        got8 = torch.ops.decoding_lab.int8_mm(x, q8.view(96, 6, 32), s8)
-        got4 = torch.ops.decoding_lab.int4_mm(x, pack4(u4), scales4(sz))
-        for got, ref_w in ((got8, dequantize_int8(q8, s8)), (got4, dequantize_int4(u4, sz))):
-            ref = x.double() @ ref_w.double().t()
-            if not bool(((got.double() - ref).abs() <= bound(x, ref_w, ref, rows <= 4)).all()):
-                return False
+    x = torch.randn(rows, k, generator=gen)
+    x[:, 5] = 9.0  # a hidden state's largest element is 7-18x its RMS
+    x = x.to(torch.bfloat16)
+    got8 = torch.ops.decoding_lab.int8_mm(x, q8.view(n, k // 32, 32), s8)
+    got4 = torch.ops.decoding_lab.int4_mm(x, pack4(u4), scales4(sz))
+    few = rows <= 4
+    for got, ref_w, meets in ((got8, dequantize_int8(q8, s8), None),
+                              (got4, dequantize_int4(u4, sz), scaled_u(u4, sz))):  # fmt: skip
+        ref = x.double() @ ref_w.double().t()
+        if not bool(((got.double() - ref).abs() <= bound(x, ref_w, ref, few, meets)).all()):
+            return False
     return True
+
+
+def _probe_agrees() -> bool:
+    """``agrees`` at shapes that reach every branch: 167 rows (a tail of 3 past the blocks of
+    4), 34 groups (a full 16-group block of the scales, a masked or scalar tail), one to four
+    rows of x, and a tile route over two tiles of 512 rows."""
+    return all(agrees(167, 1088, rows) for rows in (1, 4)) and agrees(600, 64, 7)
 
 
 @functools.cache
@@ -158,16 +207,16 @@ def usable() -> bool:
     try:
         _build()
         _state["isa"] = torch.ops.decoding_lab.isa()
+        if _state["isa"] == "scalar":
+            _state["why"] = "no AVX2 or AVX-512 here: PyTorch's kernels are faster"
+            return False
+        if not _probe_agrees():
+            _state["why"] = "the lab's kernels disagreed with float64 here"
+            return False
     except Exception as e:  # noqa: BLE001 - any build failure means PyTorch's kernels run
         lines = str(e).strip().splitlines() or [type(e).__name__]
         said = next((ln for ln in lines if "error" in ln.lower()), lines[0])  # the compiler's
         _state["why"] = f"no build of the lab's kernels here ({said.strip()[:200]})"
-        return False
-    if _state["isa"] == "scalar":
-        _state["why"] = "no AVX2 or AVX-512 here: PyTorch's kernels are faster"
-        return False
-    if not _probe_agrees():
-        _state["why"] = "the lab's kernels disagreed with float64 here"
         return False
     _state["why"] = ""
     return True
@@ -199,3 +248,37 @@ def takes_int4(k: int, group: int) -> bool:
 def takes_int8(k: int) -> bool:
     """Whether an int8 matrix of ``k`` columns runs on our kernel."""
     return k % 32 == 0 and usable()
+
+
+def dequantised(w: Tensor, s: Tensor) -> Tensor:
+    """The float32 weights [N, K] of a matrix in the lab's layouts (int8 or int4)."""
+    if w.dtype == torch.int8:
+        return w.reshape(w.shape[0], -1).float() * s.float()[:, None]
+    u = unpack4(w).float()
+    scale = s[:, 0].float().repeat_interleave(32, 1)
+    zero = s[:, 1].float().repeat_interleave(32, 1)
+    return (u - 8.0) * scale + zero
+
+
+def _keep(ctx: Any, inputs: tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:
+    ctx.save_for_backward(inputs[1], inputs[2])
+    ctx.x_dtype = inputs[0].dtype
+
+
+def _grad_x(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+    """d(x W^T)/dx: the gradient times the weights the kernel multiplies by (input
+    attribution through a quantised model, engine.internals.attribution)."""
+    w, s = ctx.saved_tensors
+    return (grad.float() @ dequantised(w, s)).to(ctx.x_dtype), None, None
+
+
+def _meta(x: Tensor, w: Tensor, s: Tensor) -> Tensor:
+    """The products' shapes for tracing (torch.compile): [M, N], float32 from an int8 head's
+    float32 scales, else bfloat16."""
+    out = torch.float32 if s.dtype == torch.float32 else torch.bfloat16
+    return x.new_empty((x.shape[0], w.shape[0]), dtype=out)
+
+
+for _op in ("decoding_lab::int8_mm", "decoding_lab::int4_mm"):
+    torch.library.register_autograd(_op, _grad_x, setup_context=_keep)
+    torch.library.register_fake(_op)(_meta)

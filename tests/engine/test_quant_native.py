@@ -43,7 +43,7 @@ def _cpu_flags() -> set[str]:
 
 def _case(kind: str, rows: int, n: int = 160, k: int = 384, seed: int = 3):
     """(x bfloat16 [rows, K] with an outlier column, the kernel's weights and scales, the float
-    weights they stand for)."""
+    weights they stand for, what an activation's rounding meets: None for |w|, int4's s u)."""
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g)
     x = torch.randn(rows, k, generator=g)
@@ -51,21 +51,27 @@ def _case(kind: str, rows: int, n: int = 160, k: int = 384, seed: int = 3):
     x = x.to(COMPUTE)
     if kind == "int8":
         q, s = quantize_int8(w)
-        return x, q.view(n, k // 32, 32), s, dequantize_int8(q, s)
+        return x, q.view(n, k // 32, 32), s, dequantize_int8(q, s), None
     u, sz = quantize_int4(w)
-    return x, native.pack4(u), native.scales4(sz), dequantize_int4(u, sz)
+    return x, native.pack4(u), native.scales4(sz), dequantize_int4(u, sz), native.scaled_u(u, sz)
+
+
+# (n, k): a few plain rows; 167 rows (a tail past the blocks of 4 rows) of 1088 columns (34
+# groups: a full 16-group block of int4's scales, then a tail); 600 rows (two tiles of 512)
+SHAPES = [(160, 384), (167, 1088), (600, 64)]
 
 
 @needs_native
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("rows", [1, 3, 4, 5, 40])
-def test_products_are_within_their_bound_of_the_exact_product(kind, rows):
-    x, w, s, wf = _case(kind, rows)
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_products_are_within_their_bound_of_the_exact_product(kind, rows, n, k):
+    x, w, s, wf, meets = _case(kind, rows, n, k)
     got = mm(x, w, s, False)
     assert got.dtype == COMPUTE and got.shape == (rows, w.shape[0])
     ref = x.double() @ wf.double().t()
     err = (got.double() - ref).abs()
-    bound = native.bound(x, wf, ref, rows <= 4)
+    bound = native.bound(x, wf, ref, rows <= 4, meets)
     assert bool((err <= bound).all()), (err / bound).max()
     # and the bound is tight enough to mean something: a few percent of the output at most
     assert float((bound / ref.abs().clamp_min(1.0)).median()) < 0.02
@@ -77,7 +83,7 @@ def test_activations_the_int16_grid_holds_give_the_product_to_its_last_rounding(
     """Each group's elements are -max, 0 or +max: the integer route rounds nothing but the
     output, so it must equal the float64 product to bfloat16's half unit. Fails with a wrong
     group scale, a nibble read from the wrong half or a zero point off by one."""
-    x, w, s, wf = _case(kind, 2)
+    x, w, s, wf, _ = _case(kind, 2)
     g = torch.Generator().manual_seed(9)
     signs = torch.randint(-1, 2, x.shape, generator=g).float()
     scale = torch.rand(x.shape[0], x.shape[1] // 32, 1, generator=g) * 4 + 0.5
@@ -94,7 +100,7 @@ def test_activations_the_int16_grid_holds_give_the_product_to_its_last_rounding(
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("rows", [2, 9])
 def test_rows_of_zeros_stay_zero_and_nan_or_inf_stay_in_their_row(kind, rows):
-    x, w, s, _ = _case(kind, rows)
+    x, w, s, _, _ = _case(kind, rows)
     x[0] = 0
     x[1, 40] = float("nan")
     if rows > 2:
@@ -109,7 +115,7 @@ def test_rows_of_zeros_stay_zero_and_nan_or_inf_stay_in_their_row(kind, rows):
 
 @needs_native
 def test_a_wrong_shape_is_refused_with_its_reason():
-    x, w, s, _ = _case("int4", 1)
+    x, w, s, _, _ = _case("int4", 1)
     with pytest.raises(RuntimeError, match="columns"):
         torch.ops.decoding_lab.int4_mm(x[:, :320].contiguous(), w, s)
     with pytest.raises(RuntimeError, match="scales"):
@@ -150,6 +156,8 @@ def test_they_are_used_wherever_a_compiler_and_avx2_are_here():
     AVX2 must build and use them, so a build or probe gone wrong cannot hide behind a skip."""
     if shutil.which("c++") is None or "avx2" not in _cpu_flags():
         pytest.skip("no C++ compiler or no AVX2 here")
+    if os.environ.get(native.SWITCH, "").strip().lower() in ("0", "false", "off", "no"):
+        pytest.skip(f"{native.SWITCH} turns them off")
     assert native.usable(), native.why_not()
 
 
@@ -189,3 +197,99 @@ def test_a_quantised_model_runs_on_them_and_matches_pytorchs_kernels(kind, monke
     assert float((a1 - b1).abs().max()) < 0.05 * float(spread)
     for m in mods:  # the weights the model reports are the ones its kernel multiplies by
         assert m.weight.shape == (m.out_features, m.in_features)
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_any_number_of_threads_gives_the_same_numbers(kind):
+    """Rows are split among threads in blocks of 4 with single rows at a chunk's end: each row
+    is summed in the same order either way, so 1 and 3 threads give the 2 threads' bits."""
+    x, w, s, _, _ = _case(kind, 2, 167, 1088)
+    threads = torch.get_num_threads()
+    want = mm(x, w, s, False)
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            assert torch.equal(mm(x, w, s, False), want)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_group_of_tiny_activations_counts_as_zeros(kind):
+    x, w, s, wf, meets = _case(kind, 2, 64, 128)
+    x[0, 32:64] = 1e-36  # a bfloat16 the int16 grid's 32767 / max would overflow for
+    x[1] = 1e-36
+    got = mm(x, w, s, False).double()
+    ref = x.double() @ wf.double().t()
+    assert bool(got.isfinite().all())
+    if kind == "int8":  # int4 keeps its zero points' exact sums of the row
+        assert bool((got[1] == 0).all())
+    assert bool(((got - ref).abs() <= native.bound(x, wf, ref, True, meets)).all())
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_gradients_go_through_the_weights_the_kernel_multiplies_by(kind):
+    x, w, s, wf, _ = _case(kind, 3)
+    x.requires_grad_()
+    g = torch.randn(3, w.shape[0], generator=torch.Generator().manual_seed(1))
+    (mm(x, w, s, False).float() * g).sum().backward()
+    want = g.double() @ wf.double()
+    assert float((x.grad.double() - want).abs().max()) <= 2.0**-7 * float(want.abs().max())
+    assert torch.equal(native.dequantised(w, s), wf)
+
+
+def test_input_attribution_refuses_a_quantised_model():
+    from test_internals import Bundle, model_and_path
+
+    from engine.errors import InternalsUnavailable
+    from engine.internals.attribution import attribute_inputs
+
+    model, path = model_and_path("llama")
+    quantize_model(model, "int8")
+    with pytest.raises(InternalsUnavailable, match="float weights"):
+        attribute_inputs(Bundle(model), path, 4, n_steps=64)
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler here")
+def test_the_avx2_build_passes_these_tests_too():
+    """This file's product tests run again in a child process on the AVX2 build (AMD machines
+    without AVX-512 take it): the probe alone reaches few of its branches."""
+    if "avx2" not in _cpu_flags():
+        pytest.skip("this CPU has no avx2")
+    env = {**os.environ, native.MARCH: "haswell"}
+    env.pop(native.SWITCH, None)
+    picked = "bound or grid or zeros or threads or tiny or gradients"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", picked],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert " passed" in done.stdout and " skipped" not in done.stdout, done.stdout[-500:]
+
+
+def test_a_lock_left_by_a_killed_build_stops_nothing(tmp_path):
+    """torch's builder waits on its lock file with no end: a built library loads without it,
+    and a lock older than a build is removed before building (a child process on an empty
+    cache, with a lock from an hour ago in its build folder)."""
+    if shutil.which("c++") is None or "avx2" not in _cpu_flags():
+        pytest.skip("no C++ compiler or no AVX2 here")
+    env = {**os.environ, "DECODING_LAB_CACHE": str(tmp_path)}
+    env.pop(native.SWITCH, None)
+    code = (
+        "import os, time\n"
+        "from engine.quant import native\n"
+        "folder = native._build_folder()\n"
+        "folder.mkdir(parents=True)\n"
+        "(folder / 'lock').touch()\n"
+        "os.utime(folder / 'lock', (time.time() - 3600,) * 2)\n"
+        "print(native.usable(), native.why_not())\n"
+    )
+    for _ in range(2):  # built with the old lock there; then loaded beside a fresh lock
+        done = subprocess.run([sys.executable, "-c", code if _ == 0 else code.replace(
+            "folder.mkdir(parents=True)", "folder.mkdir(parents=True, exist_ok=True)").replace(
+            "os.utime", "0 and os.utime")], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=300)  # fmt: skip
+        assert done.returncode == 0 and done.stdout.startswith("True"), done.stderr[-2000:]

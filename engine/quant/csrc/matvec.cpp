@@ -50,7 +50,9 @@ constexpr int64_t kAhead = 8192;
 
 inline void ahead(const void* p) {
 #if defined(__AVX512BW__) || defined(__AVX2__)
-  _mm_prefetch(static_cast<const char*>(p) + kAhead, _MM_HINT_T0);
+  // an address, not a pointer into the array (it may lie past its end; a prefetch never faults)
+  const auto at = reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(kAhead);
+  _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T0);
 #endif
 }
 
@@ -82,8 +84,12 @@ void quantise_row(const c10::BFloat16* x, int64_t k, QuantRow& out) {
       if (a > amax || std::isnan(a)) amax = a;  // a NaN stays, whatever follows
       total += v[j];
     }
-    // NaN or infinity: the group's scale is NaN, carried into every product that reads it
+    // NaN or infinity: the group's scale is NaN, carried into every product that reads it.
+    // A group under 1e-30 counts as zeros (32767 / amax would overflow; its products are
+    // below anything a bfloat16 output keeps beside the other groups').
     const bool finite = std::isfinite(amax);
+    const bool tiny = finite && amax < 1e-30f;
+    if (tiny) amax = 0.f;
     const float inv = (finite && amax > 0.f) ? 32767.f / amax : 0.f;
     for (int j = 0; j < kGroup; ++j)
       out.xq[g * kGroup + j] = finite ? static_cast<int16_t>(std::nearbyint(v[j] * inv)) : 0;
