@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import engine.step.kernels  # noqa: F401 - defines the ops' schemas this library implements
+import engine.step.kernels  # defines the ops' schemas this library implements
 from engine.models.device import switched_off
 
 SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
@@ -45,7 +45,7 @@ SWITCH = "DECODING_LAB_NATIVE_KERNELS"
 # The CPU the build is for: this one by default; the tests build the AVX2 and plain C++ paths
 # too (haswell, x86-64) in a child process, whatever this machine has.
 MARCH = "DECODING_LAB_NATIVE_MARCH"
-STALE_LOCK_S = 300  # a build takes ~6 s; a lock this old was left by a killed one
+BUILD_WAIT_S = 180  # a build takes ~6 s here; another process's, waited for this long
 _state: dict[str, str] = {}
 
 
@@ -85,7 +85,8 @@ def _build_folder() -> Path:
         flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
                       if line.startswith("flags")), "")  # fmt: skip
     text = b"".join(path.read_bytes() for path in SOURCES)
-    key = hashlib.sha256(text + flags.encode() + torch.__version__.encode())
+    built_with = "|".join((*engine.step.kernels.SCHEMAS, *_flags(), torch.__version__, flags))
+    key = hashlib.sha256(text + built_with.encode())
     return cache_root() / "kernels" / f"matvec-{_march()}-{key.hexdigest()[:16]}"
 
 
@@ -93,22 +94,40 @@ def _library_name() -> str:
     return f"decoding_lab_matvec_{_march().replace('-', '_').replace('.', '_')}"
 
 
+def _flags() -> list[str]:
+    return ["-O3", f"-march={_march()}", "-fopenmp"]
+
+
 def _build() -> None:
     """Load the built library (its ops then have their CPU kernels), building it first where
-    it is not built: torch's builder waits on its lock file with no end, so it is only asked
-    when there is something to build, and a lock left by a build that was killed is old."""
+    it is not built. One process at a time (a file lock the system drops with a process that
+    dies; waiting at most BUILD_WAIT_S): torch's builder waits on its own lock file with no
+    end, so that one, when there, was left by a build that was killed, and is removed."""
+    from filelock import FileLock, Timeout
+
     folder = _build_folder()
-    built = folder / f"{_library_name()}.so"
-    if built.exists():
-        try:
-            torch.ops.load_library(str(built))
-            return
-        except OSError:  # a damaged file (a full disk, say): built again, once
-            shutil.rmtree(folder, ignore_errors=True)
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        raise RuntimeError(f"no C++ compiler ({compiler}) on PATH")
-    _compile(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder.parent / f".{folder.name}.lock"))
+    try:
+        lock.acquire(timeout=BUILD_WAIT_S)
+    except Timeout:
+        raise RuntimeError(f"another process has been building them for {BUILD_WAIT_S} s") from None
+    try:
+        built = folder / f"{_library_name()}.so"
+        if built.exists():
+            try:
+                torch.ops.load_library(str(built))
+                with contextlib.suppress(OSError):
+                    os.utime(folder)  # in use: kept by another version's clean-up
+                return
+            except OSError:  # a damaged file (a full disk, say): built again, once
+                shutil.rmtree(folder, ignore_errors=True)
+        compiler = os.environ.get("CXX", "c++")
+        if shutil.which(compiler) is None:
+            raise RuntimeError(f"no C++ compiler ({compiler}) on PATH")
+        _compile(folder)
+    finally:
+        lock.release()
 
 
 def _compile(folder: Path) -> None:
@@ -121,18 +140,16 @@ def _compile(folder: Path) -> None:
     except ImportError:
         pass
     folder.mkdir(parents=True, exist_ok=True)
-    lock = folder / "lock"
     with contextlib.suppress(OSError):
-        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
-            lock.unlink()
+        (folder / "lock").unlink()  # torch's, left by a killed build: we hold the real lock
     for old in folder.parent.glob(f"matvec-{_march()}-*"):  # an earlier source's, unused a day
         with contextlib.suppress(OSError):
             if old != folder and time.time() - old.stat().st_mtime > 86400:
                 shutil.rmtree(old, ignore_errors=True)
     cpp_extension.load(
-        name=_library_name(), sources=[str(path) for path in SOURCES],
-        extra_cflags=["-O3", f"-march={_march()}", "-fopenmp"], extra_ldflags=["-fopenmp"],
-        build_directory=str(folder), is_python_module=False, verbose=False,
+        name=_library_name(), sources=[str(path) for path in SOURCES], extra_cflags=_flags(),
+        extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False,
+        verbose=False,
     )  # fmt: skip
 
 

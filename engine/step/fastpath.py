@@ -50,6 +50,7 @@ from engine.step.fast_spec import (  # noqa: F401 - re-exported: the fast path's
     ACT_SILU,
     FAMILIES,
     IN_B,
+    KN_W,
     NORM_RMS,
     PA_W,
     PF_B,
@@ -184,7 +185,9 @@ def fused_here(spec: Spec) -> bool:
     greedy tokens (the fused attention's float32 probabilities parted from them at a near-tie,
     token 28 of 64 of SmolLM2's sea poem)."""
     plain = all(
-        layer[s].numel() == 0 for layer in spec.layers for s in (IN_B, QN_W, PA_W, PF_B, PFF_W)
+        layer[s].numel() == 0
+        for layer in spec.layers
+        for s in (IN_B, QN_W, KN_W, PA_W, PF_B, PFF_W)
     )
     shaped = spec.norm_kind == NORM_RMS and spec.act_kind == ACT_SILU and spec.gated
     shaped = shaped and spec.attn_softcap <= 0.0 and len(spec.inv_freqs) > 0 and plain

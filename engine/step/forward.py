@@ -220,7 +220,7 @@ def fused_layer(
     attn_scale: float, onednn: bool,
 ) -> Tensor:  # fmt: skip
     """``decoder_layer`` for one bfloat16 token of a Llama-shaped layer (RMS norms, gated
-    SiLU, rotary, no other norms; ``engine.step.fast_spec.fused_here`` says which) on the lab's
+    SiLU, rotary, no other norms; ``engine.step.fastpath.fused_here`` says which) on the lab's
     CPU ops (``engine/quant/csrc/layer.cpp``): six calls around the four products where the
     unfused layer makes ~30, the same numbers up to the order of a sum."""
     lab = torch.ops.decoding_lab

@@ -20,7 +20,7 @@ number = float
 # can): their schemas defined here, whether or not they are built, so that TorchScript can
 # compile ``mm`` everywhere (a weight in their layout exists only where they run).
 _LIBRARY = torch.library.Library("decoding_lab", "FRAGMENT")
-for _schema in (
+SCHEMAS = (
     "int8_mm(Tensor x, Tensor w, Tensor s) -> Tensor",
     "int4_mm(Tensor x, Tensor w, Tensor sz) -> Tensor",
     # one decoder layer's small steps for one token (csrc/layer.cpp; engine.step.forward)
@@ -31,7 +31,8 @@ for _schema in (
     "int layer, Tensor pos, int n_heads, int n_kv, int rot) -> Tensor",
     "decode_attention(Tensor q, Tensor k_all, Tensor v_all, int layer, int attn_len, "
     "float scale) -> Tensor",
-):
+)
+for _schema in SCHEMAS:
     with contextlib.suppress(RuntimeError):  # defined already (a module reloaded)
         _LIBRARY.define(_schema)
 

@@ -83,7 +83,7 @@ def test_one_query_attention_is_within_bfloat16s_rounding_of_the_exact_one(heads
     )
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_a_quantised_step_runs_fused_and_gives_the_unfused_steps_numbers(family, kind, monkeypatch):
     model = quant_sized(family)
@@ -109,9 +109,32 @@ def test_a_quantised_step_runs_fused_and_gives_the_unfused_steps_numbers(family,
                                atol=0.05, rtol=0.02)  # fmt: skip
 
 
-def test_which_steps_are_fused():
+@pytest.mark.parametrize("family", ["qwen3", "gemma2", "gpt2"])
+def test_which_steps_are_fused(family):
     bf16 = quant_sized("llama").to(BF)  # bfloat16 keeps transformers' greedy tokens
     assert not FastStepper(bf16).fused
-    gpt2 = quant_sized("gpt2")  # a layer norm and GELU: not the shape the ops take
-    quantize_model(gpt2, "int4")
-    assert not FastStepper(gpt2).fused
+    # q/k norms (Qwen3), Gemma's norms, a layer norm and GELU: not the shape the ops take
+    model = quant_sized(family)
+    quantize_model(model, "int4")
+    assert not FastStepper(model).fused
+
+
+def test_the_ops_refuse_what_does_not_fit_before_touching_the_cache():
+    qkv = torch.randn(3, 8 * 16).to(BF)
+    cos = torch.ones(1, 16).to(BF)  # one row of tables for three rows
+    k_all = torch.zeros(2, 2, 8, 16).to(BF)
+    v_all = torch.zeros(2, 2, 8, 16).to(BF)
+    with pytest.raises(RuntimeError, match="one row of the rotary tables per row"):
+        lab.rope_kv(qkv, cos, cos, k_all, v_all, 0, torch.tensor([0, 1, 2]), 4, 2, 16)
+    tables = torch.ones(3, 16).to(BF)
+    with pytest.raises(RuntimeError, match="past the cache"):  # the third row's position
+        lab.rope_kv(qkv, tables, tables, k_all, v_all, 0, torch.tensor([0, 1, 8]), 4, 2, 16)
+    assert bool((k_all == 0).all()) and bool((v_all == 0).all())  # nothing written
+    with pytest.raises(RuntimeError, match="integer position"):
+        lab.rope_kv(qkv, tables, tables, k_all, v_all, 0, torch.tensor([0.0, 1, 2]), 4, 2, 16)
+    q = torch.randn(4, 1, 16).to(BF)
+    for layer in (2, -1):
+        with pytest.raises(RuntimeError, match="not in the cache"):
+            lab.decode_attention(q, k_all, v_all, layer, 4, 0.25)
+    with pytest.raises(RuntimeError, match="differ in shape"):
+        lab.decode_attention(q, k_all, v_all[:1], 0, 4, 0.25)

@@ -261,9 +261,12 @@ def test_the_avx2_build_passes_these_tests_too():
         pytest.skip("this CPU has no avx2")
     env = {**os.environ, native.MARCH: "haswell"}
     env.pop(native.SWITCH, None)
-    picked = "bound or grid or zeros or threads or tiny or gradients"
+    picked = "bound or grid or zeros or threads or tiny or gradients or fused or refuse"
+    picked += " or attention"
+    fused = str(Path(__file__).with_name("test_fused_layer.py"))  # layer.cpp's ops too
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", picked],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, fused,
+         "-k", picked],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]

@@ -120,8 +120,15 @@ at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tenso
   TORCH_CHECK(layer >= 0 && layer < k_all.size(0) && k_all.size(1) == n_kv,
               "the layer or kv heads do not fit the cache");
   TORCH_CHECK(v_all.sizes() == k_all.sizes(), "k_all and v_all differ in shape");
+  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == n && sin.sizes() == cos.sizes(),
+              "one row of the rotary tables per row of qkv");
+  TORCH_CHECK(!at::isFloatingType(pos.scalar_type()) && pos.numel() == n,
+              "one integer position per row");
   at::Tensor p = pos.to(at::kLong).contiguous();
-  TORCH_CHECK(p.numel() == n, "one position per row");
+  for (int64_t t = 0; t < n; ++t) {  // all checked before any is written
+    const int64_t at_pos = p.data_ptr<int64_t>()[t];
+    TORCH_CHECK(at_pos >= 0 && at_pos < cap, "position ", at_pos, " is past the cache");
+  }
   at::Tensor q = at::empty({n_heads, n, d}, qkv.options());
   const bf16* src = qkv.data_ptr<bf16>();
   bf16* qp = q.data_ptr<bf16>();
@@ -129,7 +136,6 @@ at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tenso
   bf16* vp = v_all.data_ptr<bf16>();
   for (int64_t t = 0; t < n; ++t) {
     const int64_t at_pos = p.data_ptr<int64_t>()[t];
-    TORCH_CHECK(at_pos >= 0 && at_pos < cap, "position ", at_pos, " is past the cache");
     const bf16* row = src + t * qkv.size(1);
     const bf16* c = cos.data_ptr<bf16>() + t * rot;
     const bf16* s = sin.data_ptr<bf16>() + t * rot;
@@ -152,7 +158,10 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
   const at::Tensor qc = q.contiguous();
   check_bf16(qc, "q");
   const int64_t heads = qc.size(0), d = qc.size(2), kv = k_all.size(1), cap = k_all.size(2);
-  TORCH_CHECK(qc.dim() == 3 && qc.size(1) == 1 && k_all.size(3) == d, "q must be [H, 1, D]");
+  TORCH_CHECK(qc.dim() == 3 && qc.size(1) == 1 && k_all.dim() == 4 && k_all.size(3) == d,
+              "q must be [H, 1, D] and the cache [layers, KV, capacity, D]");
+  TORCH_CHECK(v_all.sizes() == k_all.sizes(), "k_all and v_all differ in shape");
+  TORCH_CHECK(layer >= 0 && layer < k_all.size(0), "layer ", layer, " is not in the cache");
   TORCH_CHECK(kv > 0 && heads % kv == 0 && len > 0 && len <= cap, "heads or length do not fit");
   at::Tensor out = at::empty_like(qc);
   const bf16* qp = qc.data_ptr<bf16>();
