@@ -41,6 +41,7 @@ from engine.models.device import switched_off
 
 SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
 SOURCES = (SOURCE, SOURCE.with_name("layer.cpp"))  # the products; a layer's small steps
+HEADERS = (SOURCE.with_name("dots.h"),)  # the products' integer dot products
 SWITCH = "DECODING_LAB_NATIVE_KERNELS"
 # The CPU the build is for: this one by default; the tests build the AVX2 and plain C++ paths
 # too (haswell, x86-64) in a child process, whatever this machine has.
@@ -84,7 +85,7 @@ def _build_folder() -> Path:
     with contextlib.suppress(OSError):
         flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
                       if line.startswith("flags")), "")  # fmt: skip
-    text = b"".join(path.read_bytes() for path in SOURCES)
+    text = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
     built_with = "|".join((*engine.step.kernels.SCHEMAS, *_flags(), torch.__version__, flags))
     key = hashlib.sha256(text + built_with.encode())
     return cache_root() / "kernels" / f"matvec-{_march()}-{key.hexdigest()[:16]}"
