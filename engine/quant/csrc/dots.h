@@ -178,7 +178,8 @@ void dot_int4(const uint8_t* w, int64_t stride, const float* fac, const QuantRow
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(f[1]), acc[2 * r + 1]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+  for (int r = 0; r < R; ++r)
+    out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
 #elif defined(__AVX2__)
   const __m256i low = _mm256_set1_epi16(0x0F);
   __m256 acc[2 * R];
@@ -236,7 +237,8 @@ float row_factors(const uint16_t* scales, int64_t groups, const QuantRow& x, flo
         _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, scales + g)), 16));
     __m512 z = _mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, scales + groups + g)), 16));
-    _mm512_mask_storeu_ps(fac + g, live, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(live, x.r.data() + g)));
+    const __m512 r = _mm512_maskz_loadu_ps(live, x.r.data() + g);
+    _mm512_mask_storeu_ps(fac + g, live, _mm512_mul_ps(s, r));
     __m512 off = _mm512_fnmadd_ps(_mm512_set1_ps(8.f), s, z);
     acc = _mm512_fmadd_ps(off, _mm512_maskz_loadu_ps(live, x.sum.data() + g), acc);
   }

@@ -96,7 +96,8 @@ void rotate_head(const bf16* x, const bf16* cos, const bf16* sin, int64_t d, int
                  bf16* out) {
   const int64_t half = rot / 2;
   for (int64_t j = 0; j < rot; ++j) {
-    const float other = j < half ? -static_cast<float>(x[j + half]) : static_cast<float>(x[j - half]);
+    const float other =
+        j < half ? -static_cast<float>(x[j + half]) : static_cast<float>(x[j - half]);
     const float a = round_bf16(static_cast<float>(x[j]) * static_cast<float>(cos[j]));
     const float b = round_bf16(other * static_cast<float>(sin[j]));
     out[j] = bf16(a + b);
@@ -139,7 +140,8 @@ at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tenso
     const bf16* row = src + t * qkv.size(1);
     const bf16* c = cos.data_ptr<bf16>() + t * rot;
     const bf16* s = sin.data_ptr<bf16>() + t * rot;
-    for (int64_t h = 0; h < n_heads; ++h) rotate_head(row + h * d, c, s, d, rot, qp + (h * n + t) * d);
+    for (int64_t h = 0; h < n_heads; ++h)
+      rotate_head(row + h * d, c, s, d, rot, qp + (h * n + t) * d);
     for (int64_t h = 0; h < n_kv; ++h) {
       const int64_t slot = ((layer * n_kv + h) * cap + at_pos) * d;
       rotate_head(row + (n_heads + h) * d, c, s, d, rot, kp + slot);
