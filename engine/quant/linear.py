@@ -25,9 +25,9 @@ class QuantLinear(nn.Module):
     """``y = x @ W.T + b`` with W int8 per row (``qweight`` int8 [N, K], ``scales`` [N]) or
     int4 in groups (``qweight`` packed uint8 [N, K / 2], ``scales`` [K / G, N, 2]), or either
     in the lab's own layouts (``engine.quant.native``: rank 3; int8 ones are viewed so here
-    wherever those kernels run). The input
-    is cast to bfloat16 for the kernel and the output back to the input's dtype, except where
-    the product gives float32 (an int8 head on oneDNN, ``use_onednn``: logits stay float32).
+    wherever those kernels run). The input is cast to bfloat16 for the kernel and the output
+    back to the input's dtype, except where the product gives float32 (an int8 head, ``as_head``:
+    logits stay float32).
     ``origin`` says where the integers came from (rounded here, or a GGUF file's own blocks)."""
 
     def __init__(
