@@ -28,7 +28,7 @@ from engine.drivers.bench_llama_server import llama_server_rates
 from engine.models.device import timed
 from engine.quant import native
 from engine.quant.apply import quantize_model
-from engine.quant.formats import pack_int4
+from engine.quant.formats import INT8, pack_int4
 from engine.quant.linear import QuantLinear
 from engine.records import Step
 from engine.sampling.settings import SamplerSettings
@@ -126,9 +126,9 @@ def _pytorchs(m: QuantLinear) -> tuple[torch.Tensor, torch.Tensor]:
     """A quantised matrix's integers and scales in PyTorch's kernels' layout, whatever kernel
     runs it in the model."""
     q, s = m.stored()
-    if m.kind == "int8" or not m.on_native:
+    if m.kind == INT8 or not m.on_native:
         return q, s
-    return pack_int4(native.unpack4(q)), s.permute(2, 0, 1).contiguous()
+    return pack_int4(native.unpack4(q)), native.unscales4(s)
 
 
 def _best(runs: list[Callable[[], Any]], rounds: int) -> list[float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -53,6 +54,17 @@ def vocab_size(model: torch.nn.Module) -> int:
     head = model.get_output_embeddings()
     rows = getattr(head, "out_features", None)
     return rows if isinstance(rows, int) else int(head.weight.shape[0])
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux's /proc/cpuinfo lists them (avx2, avx512_vnni, ...);
+    elsewhere, or unreadable, none (unknown)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return frozenset(line.partition(":")[2].split())
 
 
 def switched_off(variable: str) -> bool:

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 import engine.step.kernels  # defines the ops' schemas this library implements
-from engine.models.device import switched_off
+from engine.models.device import cpu_flags, switched_off
 
 SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
 SOURCES = (SOURCE, SOURCE.with_name("layer.cpp"))  # the products; a layer's small steps
@@ -81,12 +81,9 @@ def isa() -> str:
 def _build_folder() -> Path:
     from engine.models.cache import cache_root
 
-    flags = ""
-    with contextlib.suppress(OSError):
-        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("flags")), "")  # fmt: skip
     text = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
-    built_with = "|".join((*engine.step.kernels.SCHEMAS, *_flags(), torch.__version__, flags))
+    cpu = " ".join(sorted(cpu_flags()))
+    built_with = "|".join((*engine.step.kernels.SCHEMAS, *_flags(), torch.__version__, cpu))
     key = hashlib.sha256(text + built_with.encode())
     return cache_root() / "kernels" / f"matvec-{_march()}-{key.hexdigest()[:16]}"
 
@@ -258,6 +255,11 @@ def scales4(sz: Tensor) -> Tensor:
     return sz.permute(1, 2, 0).contiguous()
 
 
+def unscales4(s: Tensor) -> Tensor:
+    """The inverse of ``scales4``: ours [N, 2, K / 32] -> PyTorch's [K / 32, N, 2]."""
+    return s.permute(2, 0, 1).contiguous()
+
+
 def takes_int4(k: int, group: int) -> bool:
     """Whether an int4 matrix of ``k`` columns in groups of ``group`` runs on our kernel."""
     return group == 32 and k % 64 == 0 and usable()
@@ -270,12 +272,11 @@ def takes_int8(k: int) -> bool:
 
 def dequantised(w: Tensor, s: Tensor) -> Tensor:
     """The float32 weights [N, K] of a matrix in the lab's layouts (int8 or int4)."""
+    from engine.quant.formats import dequantize_int4, dequantize_int8
+
     if w.dtype == torch.int8:
-        return w.reshape(w.shape[0], -1).float() * s.float()[:, None]
-    u = unpack4(w).float()
-    scale = s[:, 0].float().repeat_interleave(32, 1)
-    zero = s[:, 1].float().repeat_interleave(32, 1)
-    return (u - 8.0) * scale + zero
+        return dequantize_int8(w.reshape(w.shape[0], -1), s)
+    return dequantize_int4(unpack4(w), unscales4(s))
 
 
 def _keep(ctx: Any, inputs: tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:

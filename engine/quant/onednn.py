@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from engine.models.device import switched_off
+from engine.models.device import cpu_flags, switched_off
 from engine.step.kernels import int8_onednn
 
 log = logging.getLogger(__name__)
@@ -44,14 +43,8 @@ _FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
 def _cpu_has_int8_dot() -> bool:
-    """Whether the CPU reports VNNI or AMX int8 (Linux's /proc/cpuinfo; elsewhere: unknown,
-    so no)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return False
-    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return any(f in flags.split() for f in _FLAGS)
+    """Whether the CPU reports VNNI or AMX int8 (elsewhere than Linux: unknown, so no)."""
+    return any(f in cpu_flags() for f in _FLAGS)
 
 
 def pack(q: Tensor) -> Tensor:

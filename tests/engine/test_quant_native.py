@@ -16,6 +16,7 @@ import pytest
 import torch
 from test_quant import PROMPT, quant_sized
 
+from engine.models.device import cpu_flags
 from engine.quant import native
 from engine.quant.apply import quantize_model
 from engine.quant.formats import (
@@ -30,15 +31,6 @@ from engine.step.kernels import mm
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_native = pytest.mark.skipif(not native.usable(), reason=f"not built here: {native.why_not()}")
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
 
 
 def _case(kind: str, rows: int, n: int = 160, k: int = 384, seed: int = 3):
@@ -144,7 +136,7 @@ def _child(march: str) -> dict:
 def test_the_avx2_and_plain_paths_agree_with_float64_too(march, isa, flag):
     """Whatever this CPU has, the file's other paths are built and checked here (the AVX2 one
     runs on AMD machines without AVX-512); the plain one is right but never used."""
-    if flag not in _cpu_flags():
+    if flag not in cpu_flags():
         pytest.skip(f"this CPU has no {flag}")
     got = _child(march)
     assert got["isa"] == isa and got["agrees"], got
@@ -154,7 +146,7 @@ def test_the_avx2_and_plain_paths_agree_with_float64_too(march, isa, flag):
 def test_they_are_used_wherever_a_compiler_and_avx2_are_here():
     """The tests above skip where the kernels are not built: a machine with a C++ compiler and
     AVX2 must build and use them, so a build or probe gone wrong cannot hide behind a skip."""
-    if shutil.which("c++") is None or "avx2" not in _cpu_flags():
+    if shutil.which("c++") is None or "avx2" not in cpu_flags():
         pytest.skip("no C++ compiler or no AVX2 here")
     if os.environ.get(native.SWITCH, "").strip().lower() in ("0", "false", "off", "no"):
         pytest.skip(f"{native.SWITCH} turns them off")
@@ -257,7 +249,7 @@ def test_input_attribution_refuses_a_quantised_model():
 def test_the_avx2_build_passes_these_tests_too():
     """This file's product tests run again in a child process on the AVX2 build (AMD machines
     without AVX-512 take it): the probe alone reaches few of its branches."""
-    if "avx2" not in _cpu_flags():
+    if "avx2" not in cpu_flags():
         pytest.skip("this CPU has no avx2")
     env = {**os.environ, native.MARCH: "haswell"}
     env.pop(native.SWITCH, None)
@@ -277,7 +269,7 @@ def test_a_lock_left_by_a_killed_build_stops_nothing(tmp_path):
     """torch's builder waits on its lock file with no end: a built library loads without it,
     and a lock older than a build is removed before building (a child process on an empty
     cache, with a lock from an hour ago in its build folder)."""
-    if shutil.which("c++") is None or "avx2" not in _cpu_flags():
+    if shutil.which("c++") is None or "avx2" not in cpu_flags():
         pytest.skip("no C++ compiler or no AVX2 here")
     env = {**os.environ, "DECODING_LAB_CACHE": str(tmp_path)}
     env.pop(native.SWITCH, None)
