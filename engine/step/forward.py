@@ -180,9 +180,8 @@ def decoder_layer(
     n = x.shape[0]
     if fused and n == 1 and mask is None:
         return fused_layer(
-            x, w, i, pos, cos_sin, k_all, v_all, attn_len, n_heads, n_kv, rot, eps,
-            attn_scale, onednn,
-        )  # fmt: skip
+            x, w, i, pos, cos_sin, k_all, v_all, attn_len, n_heads, n_kv, rot, eps, attn_scale
+        )
     q_size, kv_size = n_heads * head_dim, n_kv * head_dim
     h = norm(x, w[IN_W], w[IN_B], norm_kind, eps)
     qkv = affine(h, w[QKV_W], w[QKV_S], w[QKV_B], onednn)  # [n, q + 2 kv]
@@ -217,21 +216,20 @@ def decoder_layer(
 def fused_layer(
     x: Tensor, w: list[Tensor], i: int, pos: Tensor, cos_sin: list[Tensor], k_all: Tensor,
     v_all: Tensor, attn_len: int, n_heads: int, n_kv: int, rot: int, eps: float,
-    attn_scale: float, onednn: bool,
+    attn_scale: float,
 ) -> Tensor:  # fmt: skip
     """``decoder_layer`` for one bfloat16 token of a Llama-shaped layer (RMS norms, gated
-    SiLU, rotary, no other norms; ``engine.step.fastpath.fused_here`` says which) on the lab's
-    CPU ops (``engine/quant/csrc/layer.cpp``): six calls around the four products where the
-    unfused layer makes ~30, the same numbers up to the order of a sum."""
-    lab = torch.ops.decoding_lab
-    h = lab.rms_norm(x, w[IN_W], eps)
-    qkv = affine(h, w[QKV_W], w[QKV_S], w[QKV_B], onednn).contiguous()
-    q = lab.rope_kv(qkv, cos_sin[0], cos_sin[1], k_all, v_all, i, pos, n_heads, n_kv, rot)
-    att = lab.decode_attention(q, k_all, v_all, i, attn_len, attn_scale)  # [H, 1, D]
-    a = affine(att.reshape(1, -1), w[O_W], w[O_S], w[O_B], onednn)
-    x, h = lab.add_rms_norm(x, a, w[PF_W], eps)
-    u = lab.silu_mul(affine(h, w[UP_W], w[UP_S], w[UP_B], onednn))
-    return x + affine(u, w[DOWN_W], w[DOWN_S], w[DOWN_B], onednn)
+    SiLU, rotary, no other norms; ``engine.step.fastpath.fused_here`` says which) in one call
+    of the lab's CPU op (``engine/quant/csrc/layer.cpp``'s decode_layer: its norms, products,
+    rotary and cache write, attention, SiLU and residuals), where the unfused layer makes ~30
+    calls and TorchScript interprets each: the same numbers up to the order of a sum. The
+    list gives the slots of ``w`` the op reads, in its order."""
+    slots = [IN_W, QKV_W, QKV_S, QKV_B, O_W, O_S, O_B, PF_W, UP_W, UP_S, UP_B, DOWN_W, DOWN_S,
+             DOWN_B]  # fmt: skip
+    return torch.ops.decoding_lab.decode_layer(
+        x, w, slots, i, pos, cos_sin[0], cos_sin[1], k_all, v_all, attn_len, n_heads, n_kv,
+        rot, eps, attn_scale,
+    )  # fmt: skip
 
 
 def forward(

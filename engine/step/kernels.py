@@ -31,6 +31,16 @@ SCHEMAS = (
     "int layer, Tensor pos, int n_heads, int n_kv, int rot) -> Tensor",
     "decode_attention(Tensor q, Tensor k_all, Tensor v_all, int layer, int attn_len, "
     "float scale) -> Tensor",
+    "decode_layer(Tensor x, Tensor[] w, int[] slots, int layer, Tensor pos, Tensor cos, "
+    "Tensor sin, Tensor(a!) k_all, Tensor(b!) v_all, int attn_len, int n_heads, int n_kv, "
+    "int rot, float eps, float scale) -> Tensor",
+    # a step record's numbers from the logits and probabilities (csrc/stats.cpp;
+    # engine.decode.measure)
+    "step_stats(Tensor logits, Tensor probs, Tensor tokens, int n, Tensor cut, Tensor finite) "
+    "-> Tensor",
+    "all_finite(Tensor x) -> Tensor",
+    # what a sampler stage cut (engine.sampling.chain)
+    "stage_cut(Tensor before, Tensor after, Tensor(a!) cut, int stage, bool binding) -> Tensor",
 )
 for _schema in SCHEMAS:
     with contextlib.suppress(RuntimeError):  # defined already (a module reloaded)

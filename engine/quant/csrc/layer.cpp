@@ -13,6 +13,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/_weight_int4pack_mm_for_cpu.h>
+#include <ATen/ops/_weight_int8pack_mm.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
@@ -23,11 +25,18 @@
 #include <tuple>
 #include <vector>
 
+#include "lab.h"
+#include "vmath.h"
+
 namespace {
 
 using bf16 = c10::BFloat16;
 
-inline float round_bf16(float v) { return static_cast<float>(bf16(v)); }
+// float -> bfloat16 as c10::BFloat16(float) rounds it, in a form loops vectorise
+inline bf16 to_bf16(float v) { return bf16(vmath::bf16_bits(v), bf16::from_bits()); }
+inline float round_bf16(float v) {
+  return vmath::from_bits(static_cast<uint32_t>(vmath::bf16_bits(v)) << 16);
+}
 
 void check_bf16(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.scalar_type() == at::kBFloat16 && t.is_contiguous() && t.device().is_cpu(),
@@ -44,7 +53,7 @@ void norm_row(const bf16* x, const bf16* w, int64_t h, double eps, bf16* y) {
   }
   const float r = 1.f / std::sqrt(sq / static_cast<float>(h) + static_cast<float>(eps));
   for (int64_t j = 0; j < h; ++j)
-    y[j] = bf16(static_cast<float>(w[j]) * round_bf16(static_cast<float>(x[j]) * r));
+    y[j] = to_bf16(static_cast<float>(w[j]) * round_bf16(static_cast<float>(x[j]) * r));
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
@@ -69,7 +78,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::T
   const bf16* ap = a.data_ptr<bf16>();
   bf16* sp = s.data_ptr<bf16>();
   for (int64_t j = 0; j < x.numel(); ++j)
-    sp[j] = bf16(static_cast<float>(xp[j]) + static_cast<float>(ap[j]));
+    sp[j] = to_bf16(static_cast<float>(xp[j]) + static_cast<float>(ap[j]));
   return {s, rms_norm(s, w, eps)};
 }
 
@@ -81,12 +90,17 @@ at::Tensor silu_mul(const at::Tensor& u) {
   at::Tensor out = at::empty({n, inner}, u.options());
   const bf16* up = u.data_ptr<bf16>();
   bf16* op = out.data_ptr<bf16>();
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < n; ++i) {
+    const bf16* gate = up + i * 2 * inner;
+    const bf16* lift = gate + inner;
+    bf16* o = op + i * inner;
+#pragma omp simd
     for (int64_t j = 0; j < inner; ++j) {
-      const float g = static_cast<float>(up[i * 2 * inner + j]);
-      const float act = round_bf16(g / (1.f + std::exp(-g)));
-      op[i * inner + j] = bf16(act * static_cast<float>(up[i * 2 * inner + inner + j]));
+      const float g = static_cast<float>(gate[j]);
+      const float act = round_bf16(g / (1.f + vmath::exp(-g)));
+      o[j] = to_bf16(act * static_cast<float>(lift[j]));
     }
+  }
   return out;
 }
 
@@ -100,7 +114,7 @@ void rotate_head(const bf16* x, const bf16* cos, const bf16* sin, int64_t d, int
         j < half ? -static_cast<float>(x[j + half]) : static_cast<float>(x[j - half]);
     const float a = round_bf16(static_cast<float>(x[j]) * static_cast<float>(cos[j]));
     const float b = round_bf16(other * static_cast<float>(sin[j]));
-    out[j] = bf16(a + b);
+    out[j] = to_bf16(a + b);
   }
   for (int64_t j = rot; j < d; ++j) out[j] = x[j];
 }
@@ -185,8 +199,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
         top = std::max(top, score[t]);
       }
       float total = 0.f;
+#pragma omp simd reduction(+ : total)
       for (int64_t t = 0; t < len; ++t) {
-        score[t] = std::exp(score[t] - top);
+        score[t] = vmath::exp(score[t] - top);
         total += score[t];
       }
       std::fill(acc.begin(), acc.end(), 0.f);
@@ -196,15 +211,78 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
 #pragma omp simd
         for (int64_t j = 0; j < d; ++j) acc[j] += pt * static_cast<float>(v[j]);
       }
-      for (int64_t j = 0; j < d; ++j) op[h * d + j] = bf16(acc[j] / total);
+      for (int64_t j = 0; j < d; ++j) op[h * d + j] = to_bf16(acc[j] / total);
     }
   });
   return out;
 }
 
+// x [1, K] bfloat16 @ w.T (+ b): engine/step/kernels.py's mm for the quantised weights a
+// fused layer holds (the lab's layouts, or PyTorch's where a matrix's shape kept it there)
+at::Tensor affine(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s,
+                  const at::Tensor& b) {
+  TORCH_CHECK(s.numel() > 0 && !w.is_mkldnn(), "a fused layer's matrices are int8 or int4");
+  at::Tensor y;
+  if (w.dim() == 3)
+    y = w.scalar_type() == at::kChar ? lab::int8_mm(x, w, s) : lab::int4_mm(x, w, s);
+  else if (w.scalar_type() == at::kChar)
+    y = at::_weight_int8pack_mm(x, w, s);  // x from at::empty: aligned as the kernel needs
+  else
+    y = at::_weight_int4pack_mm_for_cpu(x, w, x.size(1) / s.size(0), s);
+  if (b.numel() == 0) return y;
+  check_bf16(y, "the product");
+  check_bf16(b, "the bias");
+  TORCH_CHECK(b.numel() == y.numel(), "the bias has ", b.numel(), " values for ", y.numel());
+  bf16* yp = y.data_ptr<bf16>();
+  const bf16* bp = b.data_ptr<bf16>();
+  for (int64_t j = 0; j < y.numel(); ++j)
+    yp[j] = to_bf16(static_cast<float>(yp[j]) + static_cast<float>(bp[j]));
+  return y;
+}
+
+// The order of the tensors decode_layer reads from a layer's list (engine/step/forward.py's
+// fused_layer passes their slots in it)
+enum Slot { kInW, kQkvW, kQkvS, kQkvB, kOW, kOS, kOB, kPfW, kUpW, kUpS, kUpB, kDownW,
+            kDownS, kDownB, kSlots };
+
+// One token's Llama-shaped layer in one call: x [1, hidden] bfloat16 -> [1, hidden]. The
+// same operations fused_layer made one op call each (rms_norm, the q/k/v product and bias,
+// rope_kv, decode_attention, the output product, add_rms_norm, the up product, silu_mul, the
+// down product, the residual), so the same bits; TorchScript then interprets one call a
+// layer where it interpreted ~40 (0.4 ms a SmolLM2 token on a 2-core CPU).
+at::Tensor decode_layer(const at::Tensor& x, at::TensorList w, at::IntArrayRef slots,
+                        int64_t layer, const at::Tensor& pos, const at::Tensor& cos,
+                        const at::Tensor& sin, at::Tensor& k_all, at::Tensor& v_all,
+                        int64_t len, int64_t n_heads, int64_t n_kv, int64_t rot, double eps,
+                        double scale) {
+  TORCH_CHECK(static_cast<int64_t>(slots.size()) == kSlots, "decode_layer reads ", kSlots,
+              " slots of a layer");
+  for (const int64_t at_slot : slots)
+    TORCH_CHECK(at_slot >= 0 && at_slot < static_cast<int64_t>(w.size()), "slot ", at_slot,
+                " is not in the layer's ", w.size(), " tensors");
+  auto t = [&](Slot i) -> const at::Tensor& { return w[slots[i]]; };
+  check_bf16(x, "x");
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == 1, "decode_layer takes one token, x [1, hidden]");
+  at::Tensor qkv = affine(rms_norm(x, t(kInW), eps), t(kQkvW), t(kQkvS), t(kQkvB));
+  at::Tensor q = rope_kv(qkv, cos, sin, k_all, v_all, layer, pos, n_heads, n_kv, rot);
+  at::Tensor att = decode_attention(q, k_all, v_all, layer, len, scale);
+  at::Tensor a = affine(att.view({1, -1}), t(kOW), t(kOS), t(kOB));
+  auto [s, h] = add_rms_norm(x, a, t(kPfW), eps);
+  at::Tensor m = affine(silu_mul(affine(h, t(kUpW), t(kUpS), t(kUpB))), t(kDownW), t(kDownS),
+                        t(kDownB));
+  check_bf16(m, "the down product");
+  TORCH_CHECK(m.sizes() == s.sizes(), "the down product does not give the hidden width");
+  bf16* sp = s.data_ptr<bf16>();
+  const bf16* mp = m.data_ptr<bf16>();
+  for (int64_t j = 0; j < s.numel(); ++j)
+    sp[j] = to_bf16(static_cast<float>(sp[j]) + static_cast<float>(mp[j]));
+  return s;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {
+  m.impl("decode_layer", &decode_layer);
   m.impl("rms_norm", &rms_norm);
   m.impl("add_rms_norm", &add_rms_norm);
   m.impl("silu_mul", &silu_mul);

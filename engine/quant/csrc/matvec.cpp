@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "dots.h"
+#include "lab.h"
 
 namespace {
 
@@ -102,6 +103,10 @@ void int8_rows(const int8_t* wp, const Scale& scale, const std::vector<QuantRow>
   });
 }
 
+}  // namespace
+
+namespace lab {
+
 // bfloat16 scales give a bfloat16 product (a layer); float32 scales a float32 one (an output
 // head: its logits are not rounded to bfloat16's steps of 0.03-0.06 at 10-20)
 at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s) {
@@ -135,6 +140,12 @@ at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
   return out;
 }
 
+}  // namespace lab
+
+namespace {
+
+// ---- int4 ---------------------------------------------------------------------------------
+
 // One int4 row dequantised to float32: v[c] = (u_c - 8) * scale + zero
 void int4_row(const uint8_t* bytes, const uint16_t* scales, int64_t k, float* v) {
   const int64_t groups = k / kGroup;
@@ -163,8 +174,9 @@ void int4_row(const uint8_t* bytes, const uint16_t* scales, int64_t k, float* v)
   }
 }
 
-// ---- int4 ---------------------------------------------------------------------------------
+}  // namespace
 
+namespace lab {
 
 at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& sz) {
   TORCH_CHECK(w.dim() == 3 && w.size(2) == 32 && w.scalar_type() == at::kByte &&
@@ -203,6 +215,10 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
   return out;
 }
 
+}  // namespace lab
+
+namespace {
+
 std::string isa() {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   return "avx512-vnni";
@@ -220,8 +236,8 @@ std::string isa() {
 // The products' schemas are defined in Python (engine/step/kernels.py), so that TorchScript
 // can compile the fast step where this library is not built; here their CPU kernels.
 TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {
-  m.impl("int8_mm", &int8_mm);
-  m.impl("int4_mm", &int4_mm);
+  m.impl("int8_mm", &lab::int8_mm);
+  m.impl("int4_mm", &lab::int4_mm);
 }
 
 TORCH_LIBRARY_FRAGMENT(decoding_lab, m) { m.def("isa() -> str", &isa); }
