@@ -40,9 +40,11 @@ import engine.step.kernels  # defines the ops' schemas this library implements
 from engine.models.device import cpu_flags, switched_off
 
 SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
-# the products; a layer's small steps; a step record's numbers (engine.decode.measure)
-SOURCES = (SOURCE, SOURCE.with_name("layer.cpp"), SOURCE.with_name("stats.cpp"))
-HEADERS = (SOURCE.with_name("dots.h"), SOURCE.with_name("vmath.h"))  # integer dots; exp, log
+# the products; a layer's small steps; a whole layer for one token; a step record's numbers
+# (engine.decode.measure) and a sampler stage's cuts (engine.sampling.chain)
+SOURCES = tuple(SOURCE.with_name(f) for f in ("matvec.cpp", "layer.cpp", "step.cpp", "stats.cpp"))
+# integer dots; exp, log and bfloat16 rounding; what the files share
+HEADERS = tuple(SOURCE.with_name(f) for f in ("dots.h", "vmath.h", "lab.h"))
 SWITCH = "DECODING_LAB_NATIVE_KERNELS"
 # The CPU the build is for: this one by default; the tests build the AVX2 and plain C++ paths
 # too (haswell, x86-64) in a child process, whatever this machine has.

@@ -178,12 +178,13 @@ def prepared(
 
 
 def fused_here(spec: Spec) -> bool:
-    """Whether one token's layers run on the lab's fused ops (``forward.fused_layer``): an
-    int8 / int4 model's step on the CPU (bfloat16 activations) with RMS norms and no others in
-    the layers, a gated SiLU, rotary positions and no soft cap, where the lab's kernels are
-    built here. A bfloat16 model keeps the unfused step, which gives transformers.generate's
-    greedy tokens (the fused attention's float32 probabilities parted from them at a near-tie,
-    token 28 of 64 of SmolLM2's sea poem)."""
+    """Whether one token's layers run in one call each (``forward.fused_layer``): a step on
+    the CPU in bfloat16 (an int8 / int4 model's, or a bfloat16 one's) with RMS norms and no
+    others in the layers, a gated SiLU, rotary positions and no soft cap, where the lab's
+    kernels are built here. A quantised layer runs the lab's own steps; a bfloat16 one
+    torch's own (the lab's attention's float32 probabilities parted from transformers.generate's
+    greedy tokens at a near-tie, token 28 of 64 of SmolLM2's sea poem, where torch's SDPA
+    keeps them). Float32 keeps the unfused step: no rotary of ours in float32."""
     plain = all(
         layer[s].numel() == 0
         for layer in spec.layers
@@ -191,8 +192,9 @@ def fused_here(spec: Spec) -> bool:
     )
     shaped = spec.norm_kind == NORM_RMS and spec.act_kind == ACT_SILU and spec.gated
     shaped = shaped and spec.attn_softcap <= 0.0 and len(spec.inv_freqs) > 0 and plain
-    quantised = all(layer[s].numel() > 0 for layer in spec.layers for s in Spec.SCALE_SLOTS)
-    if spec.device.type != "cpu" or spec.dtype != torch.bfloat16 or not shaped or not quantised:
+    scales = [layer[s].numel() > 0 for layer in spec.layers for s in Spec.SCALE_SLOTS]
+    alike = all(scales) or not any(scales)  # all quantised, or all bfloat16
+    if spec.device.type != "cpu" or spec.dtype != torch.bfloat16 or not shaped or not alike:
         return False
     return not switched_off("DECODING_LAB_FUSED") and native.usable()
 

@@ -180,8 +180,9 @@ def decoder_layer(
     n = x.shape[0]
     if fused and n == 1 and mask is None:
         return fused_layer(
-            x, w, i, pos, cos_sin, k_all, v_all, attn_len, n_heads, n_kv, rot, eps, attn_scale
-        )
+            x, w, i, pos, cos_sin, k_all, v_all, attn_len, n_heads, n_kv, rot, eps,
+            attn_scale, onednn,
+        )  # fmt: skip
     q_size, kv_size = n_heads * head_dim, n_kv * head_dim
     h = norm(x, w[IN_W], w[IN_B], norm_kind, eps)
     qkv = affine(h, w[QKV_W], w[QKV_S], w[QKV_B], onednn)  # [n, q + 2 kv]
@@ -216,19 +217,21 @@ def decoder_layer(
 def fused_layer(
     x: Tensor, w: list[Tensor], i: int, pos: Tensor, cos_sin: list[Tensor], k_all: Tensor,
     v_all: Tensor, attn_len: int, n_heads: int, n_kv: int, rot: int, eps: float,
-    attn_scale: float,
+    attn_scale: float, onednn: bool,
 ) -> Tensor:  # fmt: skip
     """``decoder_layer`` for one bfloat16 token of a Llama-shaped layer (RMS norms, gated
     SiLU, rotary, no other norms; ``engine.step.fastpath.fused_here`` says which) in one call
-    of the lab's CPU op (``engine/quant/csrc/layer.cpp``'s decode_layer: its norms, products,
+    of the lab's CPU op (``engine/quant/csrc/step.cpp``'s decode_layer: norms, products,
     rotary and cache write, attention, SiLU and residuals), where the unfused layer makes ~30
-    calls and TorchScript interprets each: the same numbers up to the order of a sum. The
-    list gives the slots of ``w`` the op reads, in its order."""
+    calls and TorchScript interprets each. An int8 / int4 layer runs the lab's own steps, the
+    unfused numbers up to the order of a sum; a bfloat16 one torch's own operations in this
+    module's order, the unfused layer's bits. The list gives the slots of ``w`` the op reads,
+    in its order."""
     slots = [IN_W, QKV_W, QKV_S, QKV_B, O_W, O_S, O_B, PF_W, UP_W, UP_S, UP_B, DOWN_W, DOWN_S,
              DOWN_B]  # fmt: skip
     return torch.ops.decoding_lab.decode_layer(
         x, w, slots, i, pos, cos_sin[0], cos_sin[1], k_all, v_all, attn_len, n_heads, n_kv,
-        rot, eps, attn_scale,
+        rot, eps, attn_scale, onednn,
     )  # fmt: skip
 
 

@@ -33,7 +33,7 @@ SCHEMAS = (
     "float scale) -> Tensor",
     "decode_layer(Tensor x, Tensor[] w, int[] slots, int layer, Tensor pos, Tensor cos, "
     "Tensor sin, Tensor(a!) k_all, Tensor(b!) v_all, int attn_len, int n_heads, int n_kv, "
-    "int rot, float eps, float scale) -> Tensor",
+    "int rot, float eps, float scale, bool onednn) -> Tensor",
     # a step record's numbers from the logits and probabilities (csrc/stats.cpp;
     # engine.decode.measure)
     "step_stats(Tensor logits, Tensor probs, Tensor tokens, int n, Tensor cut, Tensor finite) "

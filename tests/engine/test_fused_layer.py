@@ -10,6 +10,7 @@ from test_quant import PROMPT, quant_sized
 
 from engine.quant import native
 from engine.quant.apply import quantize_model
+from engine.step import fastpath
 from engine.step import forward as step
 from engine.step.fastpath import FastStepper
 
@@ -109,10 +110,80 @@ def test_a_quantised_step_runs_fused_and_gives_the_unfused_steps_numbers(family,
                                atol=0.05, rtol=0.02)  # fmt: skip
 
 
+def _pieces(x, w, i, pos, cos_sin, k_all, v_all, attn_len, heads, kv, rot, eps, scale):
+    """fused_layer as it was before decode_layer: one op call a piece."""
+    h = lab.rms_norm(x, w[step.IN_W], eps)
+    qkv = step.affine(h, w[step.QKV_W], w[step.QKV_S], w[step.QKV_B], False).contiguous()
+    q = lab.rope_kv(qkv, cos_sin[0], cos_sin[1], k_all, v_all, i, pos, heads, kv, rot)
+    att = lab.decode_attention(q, k_all, v_all, i, attn_len, scale)
+    a = step.affine(att.reshape(1, -1), w[step.O_W], w[step.O_S], w[step.O_B], False)
+    x, h = lab.add_rms_norm(x, a, w[step.PF_W], eps)
+    u = lab.silu_mul(step.affine(h, w[step.UP_W], w[step.UP_S], w[step.UP_B], False))
+    return x + step.affine(u, w[step.DOWN_W], w[step.DOWN_S], w[step.DOWN_B], False)
+
+
+@pytest.mark.parametrize("layout", ["lab", "aten"])
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_the_fused_layer_op_is_its_pieces_bit_for_bit(kind, layout, monkeypatch):
+    """decode_layer (one call a layer) against the ops it strings together, on the lab's
+    layouts and on PyTorch's (a matrix whose shape the lab's kernels do not take), with the
+    q/k/v bias of Qwen2: the same output and the same keys and values in the cache."""
+    if layout == "aten":
+        monkeypatch.setattr(native, "takes_int4", lambda *_: False)
+        monkeypatch.setattr(native, "takes_int8", lambda *_: False)
+    model = quant_sized("qwen2")
+    quantize_model(model, kind)
+    stepper = FastStepper(model)
+    assert stepper.fused
+    w = stepper.layers[1]
+    assert (w[step.QKV_W].dim() == 3) == (layout == "lab") and w[step.QKV_B].numel() > 0
+    spec, g = stepper.spec, torch.Generator().manual_seed(3)
+    heads, kv, rot = spec.n_heads, spec.n_kv, spec.rot
+    d = spec.head_dim
+    pos = torch.tensor([9])
+    cos, sin = step.rotary_tables(pos, spec.inv_freqs, spec.rope_scales, torch.zeros(1).to(BF))[0]
+    caches = [torch.randn(2, kv, 16, d, generator=g).to(BF) for _ in range(2)]
+    mine = [c.clone() for c in caches]
+    x = torch.randn(1, model.config.hidden_size, generator=g).to(BF)
+    want = _pieces(x, w, 1, pos, [cos, sin], *caches, 10, heads, kv, rot, 1e-6, 0.2)
+    got = step.fused_layer(x, w, 1, pos, [cos, sin], *mine, 10, heads, kv, rot, 1e-6, 0.2, False)
+    assert torch.equal(got, want)
+    assert torch.equal(mine[0], caches[0]) and torch.equal(mine[1], caches[1])
+    args = (1, pos, cos, sin, *mine, 10, heads, kv, rot, 1e-6, 0.2, False)
+    with pytest.raises(RuntimeError, match="slots"):
+        lab.decode_layer(x, w, [0, 1], *args)
+    with pytest.raises(RuntimeError, match="one token"):
+        lab.decode_layer(x.repeat(2, 1), w, list(range(14)), *args)
+
+
+@pytest.mark.parametrize("onednn", ["1", "0"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
+def test_a_bfloat16_step_runs_fused_and_gives_the_unfused_steps_bits(family, onednn, monkeypatch):
+    """A bfloat16 model's layer in one call runs torch's own operations (and the lab's rotary,
+    which gives theirs): the unfused step's logits and cache, bit for bit, on oneDNN's packed
+    matrices and on plain ones. (So the fast path's greedy tokens stay transformers', which
+    tests/engine/test_fastpath.py holds on SmolLM2.)"""
+    if onednn == "0":
+        monkeypatch.setattr(fastpath, "onednn_supports", lambda _dtype: False)
+    model = quant_sized(family).to(BF)
+    fused = FastStepper(model)
+    assert fused.fused and fused.onednn == (onednn == "1")
+    monkeypatch.setenv("DECODING_LAB_FUSED", "0")
+    plain = FastStepper(model)
+    assert not plain.fused
+    seq = list(PROMPT)
+    assert torch.equal(fused.logits(seq), plain.logits(seq))  # the prompt: unfused both
+    for token in (3, 8, 41, 5, 17):
+        seq.append(token)
+        assert torch.equal(fused.logits(seq), plain.logits(seq))
+    n = len(seq)
+    assert torch.equal(fused.cache.k[:, :, :n], plain.cache.k[:, :, :n])
+    assert torch.equal(fused.cache.v[:, :, :n], plain.cache.v[:, :, :n])
+
+
 @pytest.mark.parametrize("family", ["qwen3", "gemma2", "gpt2"])
 def test_which_steps_are_fused(family):
-    bf16 = quant_sized("llama").to(BF)  # bfloat16 keeps transformers' greedy tokens
-    assert not FastStepper(bf16).fused
+    assert not FastStepper(quant_sized("llama")).fused  # float32: unfused
     # q/k norms (Qwen3), Gemma's norms, a layer norm and GELU: not the shape the ops take
     model = quant_sized(family)
     quantize_model(model, "int4")

@@ -254,11 +254,12 @@ def test_the_avx2_build_passes_these_tests_too():
     env = {**os.environ, native.MARCH: "haswell"}
     env.pop(native.SWITCH, None)
     picked = "bound or grid or zeros or threads or tiny or gradients or fused or refuse"
-    picked += " or attention"
+    picked += " or attention or numbers or ties or subnormal or broken or finiteness or cuts"
     fused = str(Path(__file__).with_name("test_fused_layer.py"))  # layer.cpp's ops too
+    stats = str(Path(__file__).with_name("test_step_stats.py"))  # and stats.cpp's
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, fused,
-         "-k", picked],
+         stats, "-k", picked],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]

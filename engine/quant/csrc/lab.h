@@ -1,15 +1,46 @@
-// The lab's products, for the other files of the library (layer.cpp's decode_layer calls
-// them directly, not through the dispatcher); matvec.cpp defines them and says what they do.
+// What the files of the lab's library share: the products (matvec.cpp) and one token's layer
+// steps (layer.cpp), called directly by step.cpp's decode_layer, not through the dispatcher;
+// and bfloat16 rounding in a form loops vectorise.
 
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+#include <tuple>
+
+#include "vmath.h"
 
 namespace lab {
 
-// x [m, K] bfloat16 @ int8 w [N, K / 32, 32] (scales s [N], bfloat16 or float32)
+// float -> bfloat16 as c10::BFloat16(float) rounds it
+inline c10::BFloat16 to_bf16(float v) {
+  return c10::BFloat16(vmath::bf16_bits(v), c10::BFloat16::from_bits());
+}
+inline float round_bf16(float v) {
+  return vmath::from_bits(static_cast<uint32_t>(vmath::bf16_bits(v)) << 16);
+}
+
+inline void check_bf16(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16 && t.is_contiguous() && t.device().is_cpu(),
+              name, " must be a contiguous bfloat16 CPU tensor");
+}
+
+// matvec.cpp: x [m, K] bfloat16 @ int8 w [N, K / 32, 32] (scales s [N], bfloat16 or float32)
 at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s);
 // x [m, K] bfloat16 @ int4 w [N, K / 64, 32] (scales and zeros sz [N, 2, K / 32])
 at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& sz);
+
+// layer.cpp: one token's layer steps (the file says what each does)
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
+std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& a,
+                                                const at::Tensor& w, double eps);
+at::Tensor silu_mul(const at::Tensor& u);
+at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                   at::Tensor& k_all, at::Tensor& v_all, int64_t layer, const at::Tensor& pos,
+                   int64_t n_heads, int64_t n_kv, int64_t rot);
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
+                            const at::Tensor& v_all, int64_t layer, int64_t len, double scale);
 
 }  // namespace lab

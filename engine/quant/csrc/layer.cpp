@@ -13,8 +13,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/_weight_int4pack_mm_for_cpu.h>
-#include <ATen/ops/_weight_int8pack_mm.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
@@ -31,17 +29,9 @@
 namespace {
 
 using bf16 = c10::BFloat16;
-
-// float -> bfloat16 as c10::BFloat16(float) rounds it, in a form loops vectorise
-inline bf16 to_bf16(float v) { return bf16(vmath::bf16_bits(v), bf16::from_bits()); }
-inline float round_bf16(float v) {
-  return vmath::from_bits(static_cast<uint32_t>(vmath::bf16_bits(v)) << 16);
-}
-
-void check_bf16(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.scalar_type() == at::kBFloat16 && t.is_contiguous() && t.device().is_cpu(),
-              name, " must be a contiguous bfloat16 CPU tensor");
-}
+using lab::check_bf16;
+using lab::round_bf16;
+using lab::to_bf16;
 
 // y = bf16(w * bf16(x * rsqrt(mean(x^2) + eps))), one row of h
 void norm_row(const bf16* x, const bf16* w, int64_t h, double eps, bf16* y) {
@@ -56,6 +46,10 @@ void norm_row(const bf16* x, const bf16* w, int64_t h, double eps, bf16* y) {
     y[j] = to_bf16(static_cast<float>(w[j]) * round_bf16(static_cast<float>(x[j]) * r));
 }
 
+}  // namespace
+
+namespace lab {
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   check_bf16(x, "x");
   check_bf16(w, "w");
@@ -66,6 +60,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
     norm_row(x.data_ptr<bf16>() + i * h, w.data_ptr<bf16>(), h, eps, y.data_ptr<bf16>() + i * h);
   return y;
 }
+
 
 // (s, norm(s)) with s = bf16(x + a): a residual addition and the next norm
 std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& a,
@@ -81,6 +76,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::T
     sp[j] = to_bf16(static_cast<float>(xp[j]) + static_cast<float>(ap[j]));
   return {s, rms_norm(s, w, eps)};
 }
+
 
 // u [n, 2I] (gate, then up) -> bf16(bf16(silu(gate)) * up) [n, I]
 at::Tensor silu_mul(const at::Tensor& u) {
@@ -104,6 +100,10 @@ at::Tensor silu_mul(const at::Tensor& u) {
   return out;
 }
 
+}  // namespace lab
+
+namespace {
+
 // One head's rotary embedding: out = bf16(bf16(x * cos) + bf16(rotate_half(x) * sin)) on the
 // first `rot` dims (rotate_half: (-x[half:rot], x[:half])), the rest as they are
 void rotate_head(const bf16* x, const bf16* cos, const bf16* sin, int64_t d, int64_t rot,
@@ -118,6 +118,10 @@ void rotate_head(const bf16* x, const bf16* cos, const bf16* sin, int64_t d, int
   }
   for (int64_t j = rot; j < d; ++j) out[j] = x[j];
 }
+
+}  // namespace
+
+namespace lab {
 
 // qkv [n, (H + 2 KV) D]: the rows' queries rotated and returned [H, n, D]; their keys rotated
 // and their values written into the cache k_all / v_all [layers, KV, capacity, D] at `pos`
@@ -165,6 +169,74 @@ at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tenso
   return q;
 }
 
+}  // namespace lab
+
+namespace {
+
+struct GroupArgs {
+  const bf16 *q, *k, *v;
+  bf16* out;
+  int64_t layer, kv, cap, d, len, rep;
+  float scale;
+};
+
+// decode_attention for kv heads [g0, g1): each key and value row is read and widened once
+// for the `rep` query heads that read it. D: the head width, known when the compiler can
+// unroll a row (64, 128), 0 when it is read from `a`
+template <int D>
+void attend_group(const GroupArgs& a, int64_t g0, int64_t g1) {
+  const int64_t d = D > 0 ? D : a.d, rep = a.rep, len = a.len;
+  std::vector<float> qf(rep * d), score(rep * len), acc(rep * d), row(d), top(rep), total(rep);
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t base = (a.layer * a.kv + g) * a.cap * d;
+    for (int64_t j = 0; j < rep * d; ++j) qf[j] = static_cast<float>(a.q[g * rep * d + j]);
+    std::fill(top.begin(), top.end(), -INFINITY);
+    for (int64_t t = 0; t < len; ++t) {
+      const bf16* k = a.k + base + t * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) row[j] = static_cast<float>(k[j]);
+      for (int64_t r = 0; r < rep; ++r) {
+        const float* qr = qf.data() + r * d;
+        float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < d; ++j) dot += qr[j] * row[j];
+        score[r * len + t] = dot * a.scale;
+        top[r] = std::max(top[r], dot * a.scale);
+      }
+    }
+    for (int64_t r = 0; r < rep; ++r) {
+      float* sr = score.data() + r * len;
+      const float most = top[r];
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t t = 0; t < len; ++t) {
+        sr[t] = vmath::exp(sr[t] - most);
+        sum += sr[t];
+      }
+      total[r] = sum;
+    }
+    std::fill(acc.begin(), acc.end(), 0.f);
+    for (int64_t t = 0; t < len; ++t) {
+      const bf16* v = a.v + base + t * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) row[j] = static_cast<float>(v[j]);
+      for (int64_t r = 0; r < rep; ++r) {
+        const float pt = score[r * len + t];
+        float* ar = acc.data() + r * d;
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) ar[j] += pt * row[j];
+      }
+    }
+    for (int64_t r = 0; r < rep; ++r)
+      for (int64_t j = 0; j < d; ++j)
+        a.out[(g * rep + r) * d + j] = to_bf16(acc[r * d + j] / total[r]);
+  }
+}
+
+}  // namespace
+
+namespace lab {
+
 // Attention of one query per head over the cache's first `len` positions: q [H, 1, D] ->
 // [H, 1, D]; head h reads kv head h / (H / KV); scores, softmax and sums in float32
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
@@ -184,108 +256,22 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
   const bf16* kp = k_all.data_ptr<bf16>();
   const bf16* vp = v_all.data_ptr<bf16>();
   bf16* op = out.data_ptr<bf16>();
-  at::parallel_for(0, heads, 1, [&](int64_t h0, int64_t h1) {
-    std::vector<float> qf(d), score(len), acc(d);
-    for (int64_t h = h0; h < h1; ++h) {
-      const int64_t base = (layer * kv + h / (heads / kv)) * cap * d;
-      for (int64_t j = 0; j < d; ++j) qf[j] = static_cast<float>(qp[h * d + j]);
-      float top = -INFINITY;
-      for (int64_t t = 0; t < len; ++t) {
-        const bf16* k = kp + base + t * d;
-        float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j < d; ++j) dot += qf[j] * static_cast<float>(k[j]);
-        score[t] = dot * static_cast<float>(scale);
-        top = std::max(top, score[t]);
-      }
-      float total = 0.f;
-#pragma omp simd reduction(+ : total)
-      for (int64_t t = 0; t < len; ++t) {
-        score[t] = vmath::exp(score[t] - top);
-        total += score[t];
-      }
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t t = 0; t < len; ++t) {
-        const bf16* v = vp + base + t * d;
-        const float pt = score[t];
-#pragma omp simd
-        for (int64_t j = 0; j < d; ++j) acc[j] += pt * static_cast<float>(v[j]);
-      }
-      for (int64_t j = 0; j < d; ++j) op[h * d + j] = to_bf16(acc[j] / total);
-    }
+  const int64_t rep = heads / kv;  // query heads that read each kv head
+  const GroupArgs args{qp, kp, vp, op, layer, kv, cap, d, len, rep, static_cast<float>(scale)};
+  at::parallel_for(0, kv, 1, [&](int64_t g0, int64_t g1) {
+    if (d == 64) attend_group<64>(args, g0, g1);
+    else if (d == 128) attend_group<128>(args, g0, g1);
+    else attend_group<0>(args, g0, g1);
   });
   return out;
 }
 
-// x [1, K] bfloat16 @ w.T (+ b): engine/step/kernels.py's mm for the quantised weights a
-// fused layer holds (the lab's layouts, or PyTorch's where a matrix's shape kept it there)
-at::Tensor affine(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s,
-                  const at::Tensor& b) {
-  TORCH_CHECK(s.numel() > 0 && !w.is_mkldnn(), "a fused layer's matrices are int8 or int4");
-  at::Tensor y;
-  if (w.dim() == 3)
-    y = w.scalar_type() == at::kChar ? lab::int8_mm(x, w, s) : lab::int4_mm(x, w, s);
-  else if (w.scalar_type() == at::kChar)
-    y = at::_weight_int8pack_mm(x, w, s);  // x from at::empty: aligned as the kernel needs
-  else
-    y = at::_weight_int4pack_mm_for_cpu(x, w, x.size(1) / s.size(0), s);
-  if (b.numel() == 0) return y;
-  check_bf16(y, "the product");
-  check_bf16(b, "the bias");
-  TORCH_CHECK(b.numel() == y.numel(), "the bias has ", b.numel(), " values for ", y.numel());
-  bf16* yp = y.data_ptr<bf16>();
-  const bf16* bp = b.data_ptr<bf16>();
-  for (int64_t j = 0; j < y.numel(); ++j)
-    yp[j] = to_bf16(static_cast<float>(yp[j]) + static_cast<float>(bp[j]));
-  return y;
-}
-
-// The order of the tensors decode_layer reads from a layer's list (engine/step/forward.py's
-// fused_layer passes their slots in it)
-enum Slot { kInW, kQkvW, kQkvS, kQkvB, kOW, kOS, kOB, kPfW, kUpW, kUpS, kUpB, kDownW,
-            kDownS, kDownB, kSlots };
-
-// One token's Llama-shaped layer in one call: x [1, hidden] bfloat16 -> [1, hidden]. The
-// same operations fused_layer made one op call each (rms_norm, the q/k/v product and bias,
-// rope_kv, decode_attention, the output product, add_rms_norm, the up product, silu_mul, the
-// down product, the residual), so the same bits; TorchScript then interprets one call a
-// layer where it interpreted ~40 (0.4 ms a SmolLM2 token on a 2-core CPU).
-at::Tensor decode_layer(const at::Tensor& x, at::TensorList w, at::IntArrayRef slots,
-                        int64_t layer, const at::Tensor& pos, const at::Tensor& cos,
-                        const at::Tensor& sin, at::Tensor& k_all, at::Tensor& v_all,
-                        int64_t len, int64_t n_heads, int64_t n_kv, int64_t rot, double eps,
-                        double scale) {
-  TORCH_CHECK(static_cast<int64_t>(slots.size()) == kSlots, "decode_layer reads ", kSlots,
-              " slots of a layer");
-  for (const int64_t at_slot : slots)
-    TORCH_CHECK(at_slot >= 0 && at_slot < static_cast<int64_t>(w.size()), "slot ", at_slot,
-                " is not in the layer's ", w.size(), " tensors");
-  auto t = [&](Slot i) -> const at::Tensor& { return w[slots[i]]; };
-  check_bf16(x, "x");
-  TORCH_CHECK(x.dim() == 2 && x.size(0) == 1, "decode_layer takes one token, x [1, hidden]");
-  at::Tensor qkv = affine(rms_norm(x, t(kInW), eps), t(kQkvW), t(kQkvS), t(kQkvB));
-  at::Tensor q = rope_kv(qkv, cos, sin, k_all, v_all, layer, pos, n_heads, n_kv, rot);
-  at::Tensor att = decode_attention(q, k_all, v_all, layer, len, scale);
-  at::Tensor a = affine(att.view({1, -1}), t(kOW), t(kOS), t(kOB));
-  auto [s, h] = add_rms_norm(x, a, t(kPfW), eps);
-  at::Tensor m = affine(silu_mul(affine(h, t(kUpW), t(kUpS), t(kUpB))), t(kDownW), t(kDownS),
-                        t(kDownB));
-  check_bf16(m, "the down product");
-  TORCH_CHECK(m.sizes() == s.sizes(), "the down product does not give the hidden width");
-  bf16* sp = s.data_ptr<bf16>();
-  const bf16* mp = m.data_ptr<bf16>();
-  for (int64_t j = 0; j < s.numel(); ++j)
-    sp[j] = to_bf16(static_cast<float>(sp[j]) + static_cast<float>(mp[j]));
-  return s;
-}
-
-}  // namespace
+}  // namespace lab
 
 TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {
-  m.impl("decode_layer", &decode_layer);
-  m.impl("rms_norm", &rms_norm);
-  m.impl("add_rms_norm", &add_rms_norm);
-  m.impl("silu_mul", &silu_mul);
-  m.impl("rope_kv", &rope_kv);
-  m.impl("decode_attention", &decode_attention);
+  m.impl("rms_norm", &lab::rms_norm);
+  m.impl("add_rms_norm", &lab::add_rms_norm);
+  m.impl("silu_mul", &lab::silu_mul);
+  m.impl("rope_kv", &lab::rope_kv);
+  m.impl("decode_attention", &lab::decode_attention);
 }
