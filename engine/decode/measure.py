@@ -125,6 +125,10 @@ def step_columns(
     raw_logp = F.log_softmax(logits, dim=-1)
     raw = raw_logp.exp()
     top_raw, top_ids = torch.topk(raw, n, dim=-1)  # [rows, n]
+    if raw.device.type == "cpu":  # ties in id order, as the lab's op gives them (topk: any)
+        top_ids, order = top_ids.sort(-1)
+        top_raw, order = top_raw.gather(1, order).sort(dim=-1, descending=True, stable=True)
+        top_ids = top_ids.gather(1, order)
     tok = tokens.reshape(rows, 1).to(logits.device)
     chosen_raw = raw.gather(1, tok)  # [rows, 1]
     if finite is None:

@@ -235,6 +235,10 @@ def load_model(
         ) from exc
     model.to(dev)
     model.eval()
+    if dev.type == "cpu":  # the lab's CPU kernels: built once per CPU, said while loading
+        from engine.quant import native
+
+        native.prepare(say)
     bundle = make_bundle(model, tokenizer, source=source, name=name, device=dev, dtype=torch_dtype)
     if path.is_file():
         bundle.extra["gguf"] = str(path)  # the benchmark runs llama.cpp on the same file

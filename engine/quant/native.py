@@ -67,7 +67,7 @@ def prepare(say: Callable[[str], None] | None) -> bool:
     """``usable()``, saying first that the kernels are being built where this process has not
     tried yet (a few seconds, once per CPU and torch; later starts load the build)."""
     if say is not None and not tried():
-        say("Building the lab's int8 / int4 kernels for this CPU (once, a few seconds)")
+        say("Building the lab's CPU kernels for this CPU (once, a few seconds)")
     return usable()
 
 

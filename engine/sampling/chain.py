@@ -41,7 +41,9 @@ def apply_chain(
     this free of device synchronisation. A binding stage (the grammar, a contract) is never
     skipped: a row it empties stays empty (all -inf), the later stages leave it alone, and
     the stage's ``stops()`` say why (``ChainReport.stops``)."""
-    cut = torch.full_like(scores, -1, dtype=torch.int16) if track else None
+    cut = None
+    if track:  # contiguous, whatever the scores' strides: the lab's op marks it in place
+        cut = torch.full_like(scores, -1, dtype=torch.int16, memory_format=torch.contiguous_format)
     dead: torch.Tensor | None = None  # [batch, 1]: rows a binding stage emptied
     for i, processor in enumerate(chain):
         new = processor(input_ids, scores)

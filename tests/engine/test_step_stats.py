@@ -38,9 +38,12 @@ def _rows(seed: int, rows: int, vocab: int, spread: float = 4.0):
 def _agree(got: torch.Tensor, want: torch.Tensor, n: int) -> None:
     ints = INT_COLUMNS + list(range(8, 8 + n)) + list(range(8 + 3 * n, 8 + 4 * n))
     assert torch.equal(got[:, ints], want[:, ints])  # ids, ranks, counts, cuts: exactly
-    floats = [c for c in range(got.shape[1]) if c not in ints]
+    floats = [c for c in range(got.shape[1]) if c not in ints + [5, 6]]
     # float32 rounding: torch's float32 sums over 49,152 terms are off by up to ~5e-6
     torch.testing.assert_close(got[:, floats], want[:, floats], rtol=2e-5, atol=1e-12)
+    # the entropies: torch's loses a confident row's small terms beside the top's 1 (ours
+    # keeps them: test_a_confident_rows_entropy_keeps_its_small_terms), ~1e-7 bits
+    torch.testing.assert_close(got[:, [5, 6]], want[:, [5, 6]], rtol=2e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("vocab", [5, 300, 49152])
@@ -68,6 +71,34 @@ def test_ties_go_to_the_lower_id_and_rank_counts_only_the_more_probable():
     assert got[0, 8:12].tolist() == [1.0, 2.0, 4.0, 0.0]
     assert got[0, 3] == 1.0  # ranked first: nothing is more probable than token 4
     assert got[0, 12] == got[0, 13] == got[0, 14]
+
+
+def test_bfloat16_logits_ties_come_in_the_same_order_either_way():
+    """A bfloat16 model's logits tie often (9.3125 twice in a row of 49,152): both ways list
+    tied tokens by id (torch.topk alone leaves them in any order)."""
+    g = torch.Generator().manual_seed(7)
+    logits = (torch.randn(8, 49152, generator=g) * 2.5).bfloat16().float()
+    probs = logits.softmax(-1)
+    tokens = torch.zeros(8, dtype=torch.long)
+    got = measure.native_columns(logits, probs, tokens, 20, None, None)
+    want = _torch_way(logits, probs, tokens, 20)
+    raw = got[:, 8 + 20 : 8 + 40]
+    assert bool((raw[:, 1:] == raw[:, :-1]).any())  # ties inside the top 20
+    top = logits.topk(21).values
+    keep = top[:, 19] != top[:, 20]  # a tie across the 20th place may admit either token
+    assert int(keep.sum()) >= 4
+    assert torch.equal(got[keep, 8:28], want[keep, 8:28])
+
+
+def test_a_confident_rows_entropy_keeps_its_small_terms():
+    """One logit 22 above 299 others: the entropy is ~1e-6 bits, all of it from terms under
+    6e-8 beside the top's 1 (float64 as the reference)."""
+    logits = torch.zeros(1, 300)
+    logits[0, 17] = 22.0
+    got = measure.native_columns(logits, logits.softmax(-1), torch.tensor([17]), 3, None, None)
+    p = logits.double().softmax(-1)[0]
+    exact = float(-(p * p.log()).sum() / math.log(2))
+    assert got[0, 5].item() == pytest.approx(exact, rel=1e-4)
 
 
 def test_tiny_and_subnormal_probabilities_are_the_exact_ones():
@@ -153,6 +184,8 @@ def test_a_stages_cuts_are_apply_chains_own(binding, monkeypatch):
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert int((got[1] >= 0).sum()) > 3 * 4000  # the stages did cut
     assert bool((got[0][0] == NEG_INF).all()) == binding  # skipped, or obeyed
+    columns = scores.t().contiguous().t()  # the same numbers, column-major: cut made contiguous
+    assert torch.equal(apply_chain(stages, ids, columns, track=True)[1], want[1])
 
 
 def test_the_op_refuses_a_cut_table_it_cannot_mark():

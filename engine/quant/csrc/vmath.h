@@ -58,7 +58,8 @@ inline float log(float x) {
   constexpr float kMinNormal = 1.17549435e-38f;
   const bool sub = x < kMinNormal;
   const uint32_t bits = to_bits(sub ? x * 8388608.f : x);  // subnormal: times 2^23 first
-  float e = static_cast<float>(static_cast<int32_t>((bits >> 23) & 0xff) - 126) - (sub ? 23.f : 0.f);
+  const auto biased = static_cast<int32_t>((bits >> 23) & 0xff);
+  float e = static_cast<float>(biased - 126) - (sub ? 23.f : 0.f);
   const float m = from_bits((bits & 0x007fffffu) | 0x3f000000u);  // x = m 2^e, m in [0.5, 1)
   const bool low = m < 0.707106781186547524f;
   e = low ? e - 1.f : e;
