@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.decode.measure import row_width, step_columns
+from engine.decode.measure import native_columns, row_width, step_columns
 from engine.sampling.base import LogitsProcessor
 from engine.sampling.chain import ChainReport, apply_chain, pick
 from engine.sampling.penalties import MinNewTokens, RepetitionPenalty
@@ -156,10 +156,14 @@ def token_stats(
     if forced is not None:
         token = torch.where(forced >= 0, forced, token)
     n = min(plan.top_n, logits.shape[-1])
-    columns = step_columns(logits, probs, token, n, cut, finite)
+    head = native_columns(logits, probs, token, n, cut, finite)  # the CPU's; None on a GPU
+    if head is None:
+        columns = step_columns(logits, probs, token, n, cut, finite)
+        top_ids = columns[8]
+    else:  # the same op as a session's, so the pipelined records are its records
+        columns, top_ids = [head], head[:, 8 : 8 + n].long()
     trace = report.record().penalties
     if plan.penalties and trace is not None:
-        top_ids = columns[8]
         columns += [t.gather(1, top_ids) for t in (trace.before, trace.after, trace.changed_by)]
     torch.cat([c.double() for c in columns], dim=1, out=out.view(1, -1))
     return token

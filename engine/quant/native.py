@@ -282,11 +282,10 @@ def takes_rows(*rows: Tensor | None) -> bool:
     """Whether the lab's CPU passes over a vocabulary (``csrc/stats.cpp``: a step record's
     numbers, a sampler stage's cuts) take these: float32 [rows, vocab] CPU tensors, where the
     kernels are built. None (an absent argument) is taken."""
-    given = [t for t in rows if t is not None]
-    shaped = all(
-        t.device.type == "cpu" and t.dtype == torch.float32 and t.dim() == 2 for t in given
-    )
-    return shaped and usable()
+    for t in rows:  # a loop, not all() over a generator: a few calls a token
+        if t is not None and (t.dtype != torch.float32 or t.dim() != 2 or not t.is_cpu):
+            return False
+    return usable()
 
 
 def dequantised(w: Tensor, s: Tensor) -> Tensor:
