@@ -48,9 +48,9 @@ WHY_NOT: dict[str, str] = {
 
 def _idle(stage: LogitsProcessor) -> bool:
     """A stage that changes no score whatever the run: min-new-tokens with no end-of-text id to
-    hold back (a run with its end ids off, as the bench's and the experiments' fixed-length
-    runs) is a plain copy that reads no id, so the device path runs it as it is (kept in its
-    place: the cut labels count the stages)."""
+    hold back is a plain copy that reads no id, so the device path runs it as it is.
+    ``engine.sampling.build.build_chain`` leaves it out of a chain it builds; a chain made by
+    hand may still hold it."""
     return isinstance(stage, MinNewTokens) and not stage.eos_token_ids
 
 

@@ -64,10 +64,12 @@ def tried() -> bool:
 
 
 def prepare(say: Callable[[str], None] | None) -> bool:
-    """``usable()``, saying first that the kernels are being built where this process has not
-    tried yet (a few seconds, once per CPU and torch; later starts load the build)."""
-    if say is not None and not tried():
-        say("Building the lab's CPU kernels for this CPU (once, a few seconds)")
+    """``usable()``, saying first what happens where this process has not tried yet: the
+    kernels are built (a few seconds, once per CPU and torch), or a build is loaded."""
+    if say is not None and not tried() and not switched_off(SWITCH):
+        built = (_build_folder() / f"{_library_name()}.so").exists()
+        say("Loading the lab's CPU kernels" if built else
+            "Building the lab's CPU kernels for this CPU (once, a few seconds)")  # fmt: skip
     return usable()
 
 

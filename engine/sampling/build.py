@@ -176,7 +176,8 @@ def build_chain(
     only: Sequence[str] | None = None,
     tokenizer: Any = None,
 ) -> Chain:
-    """The stages of ``settings`` in its order, neutral ones left out; greedy at temperature 0.
+    """The stages of ``settings`` in its order, neutral and idle ones (``_idle``) left out;
+    greedy at temperature 0.
     ``only`` keeps just the named stages (beam search takes the penalties). ``tokenizer``
     turns the words of logit bias, bans and DRY's breakers into token ids."""
     if settings.grammar and only is not None and "grammar" not in only:

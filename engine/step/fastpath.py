@@ -26,9 +26,9 @@ reordered once into oneDNN's blocked layout (a second copy, cached per model), b
 plain bfloat16 layout is no faster. If the oneDNN op is missing or disagrees with ``x @ w.T``
 on a probe, the path falls back to ``x @ w.T``.
 
-One new token of a Llama-shaped int8 / int4 model runs its layers' small steps on the lab's
-fused CPU ops where they are built (``fused_here``;
-``engine.step.forward.fused_layer``; ``DECODING_LAB_FUSED=0`` turns them off).
+One new token of a Llama-shaped int8 / int4 or bfloat16 model runs each layer in one call of
+the lab's CPU op where it is built (``fused_here``; ``engine.step.forward.fused_layer``;
+``DECODING_LAB_FUSED=0`` turns it off).
 
 ``FastStepper`` is a ``engine.step.stepper.Stepper`` (``logits``, ``truncate``, ``cache``,
 ``forward_passes``), so sessions can use it or ``ModelStepper`` alike.
