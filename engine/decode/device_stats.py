@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.decode.measure import native_columns, row_width, step_columns
+from engine.decode.measure import record_columns, row_width
 from engine.sampling.base import LogitsProcessor
 from engine.sampling.chain import ChainReport, apply_chain, pick
-from engine.sampling.penalties import MinNewTokens, RepetitionPenalty
+from engine.sampling.penalties import RepetitionPenalty
 from engine.sampling.sampler import Sampler
 from engine.sampling.temperature import Temperature
 from engine.sampling.truncation import MinP, TopK, TopP
@@ -46,21 +46,13 @@ WHY_NOT: dict[str, str] = {
 }
 
 
-def _idle(stage: LogitsProcessor) -> bool:
-    """A stage that changes no score whatever the run: min-new-tokens with no end-of-text id to
-    hold back is a plain copy that reads no id, so the device path runs it as it is.
-    ``engine.sampling.build.build_chain`` leaves it out of a chain it builds; a chain made by
-    hand may still hold it."""
-    return isinstance(stage, MinNewTokens) and not stage.eos_token_ids
-
-
 def fallback_reason(sampler: Sampler) -> str | None:
     """None when ``sampler``'s whole chain runs as one tensor function, else why not."""
     stages = getattr(sampler, "stages", None)
     if stages is None:
         return "this sampler is not a chain of stages"
     for stage in stages:
-        if _idle(stage):
+        if stage.idle:  # min new tokens with no end ids: a plain copy, run as it is
             continue
         if type(stage) not in FUSED_STAGES:
             why = WHY_NOT.get(type(stage).__name__, "it is not one of the device path's stages")
@@ -156,12 +148,8 @@ def token_stats(
     if forced is not None:
         token = torch.where(forced >= 0, forced, token)
     n = min(plan.top_n, logits.shape[-1])
-    head = native_columns(logits, probs, token, n, cut, finite)  # the CPU's; None on a GPU
-    if head is None:
-        columns = step_columns(logits, probs, token, n, cut, finite)
-        top_ids = columns[8]
-    else:  # the same op as a session's, so the pipelined records are its records
-        columns, top_ids = [head], head[:, 8 : 8 + n].long()
+    # a session's own columns (the lab's op on the CPU), so the pipelined records are its
+    columns, top_ids = record_columns(logits, probs, token, n, cut, finite)
     trace = report.record().penalties
     if plan.penalties and trace is not None:
         columns += [t.gather(1, top_ids) for t in (trace.before, trace.after, trace.changed_by)]

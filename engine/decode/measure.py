@@ -66,13 +66,7 @@ def measure(
     the top-N ids; extra: [rows, k] numbers to bring along (the stages' notes). One
     device-to-host copy for all rows."""
     n = min(top_n, logits.shape[-1])
-    head = native_columns(logits, probs, tokens, n, cut, finite)
-    if head is None:
-        columns = step_columns(logits, probs, tokens, n, cut, finite)
-        top_ids = columns[8]
-    else:
-        columns = [head]
-        top_ids = head[:, _SCALARS : _SCALARS + n].long()
+    columns, top_ids = record_columns(logits, probs, tokens, n, cut, finite)
     if penalties is not None:
         trace = (penalties.before, penalties.after, penalties.changed_by)
         columns += [t.gather(1, top_ids) for t in trace]
@@ -81,6 +75,24 @@ def measure(
     block = columns[0] if len(columns) == 1 else torch.cat([c.double() for c in columns], 1)
     packed = block.tolist()  # the one copy
     return [unpack_row(row, n, penalties is not None) for row in packed]
+
+
+def record_columns(
+    logits: torch.Tensor,
+    probs: torch.Tensor,
+    tokens: torch.Tensor,
+    n: int,
+    cut: torch.Tensor | None,
+    finite: torch.Tensor | None,
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """A record's columns (the lab's one packed block where ``native_columns`` takes the rows,
+    else ``step_columns``' twelve) and the top-N ids [rows, n] long, for the blocks gathered
+    at them (the penalties)."""
+    head = native_columns(logits, probs, tokens, n, cut, finite)
+    if head is None:
+        columns = step_columns(logits, probs, tokens, n, cut, finite)
+        return columns, columns[8]
+    return [head], head[:, _SCALARS : _SCALARS + n].long()
 
 
 def native_columns(
