@@ -48,6 +48,11 @@ class LogitsProcessor:
     # run with the stage's reason (``stops``) instead of going on without it
     binding = False
 
+    @property
+    def idle(self) -> bool:
+        """Whether the stage changes no score whatever the run (a chain leaves it out)."""
+        return False
+
     def stops(self) -> list[str | None]:
         """A binding stage: per row of the last call, why it cannot go on (None: it can)."""
         return []

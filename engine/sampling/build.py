@@ -176,8 +176,8 @@ def build_chain(
     only: Sequence[str] | None = None,
     tokenizer: Any = None,
 ) -> Chain:
-    """The stages of ``settings`` in its order, neutral and idle ones (``_idle``) left out;
-    greedy at temperature 0.
+    """The stages of ``settings`` in its order, neutral and idle ones (``LogitsProcessor.idle``)
+    left out; greedy at temperature 0.
     ``only`` keeps just the named stages (beam search takes the penalties). ``tokenizer``
     turns the words of logit bias, bans and DRY's breakers into token ids."""
     if settings.grammar and only is not None and "grammar" not in only:
@@ -186,18 +186,12 @@ def build_chain(
             "sequences): use sampling or speculative decoding, or clear the grammar"
         )
     info = BuildInfo(prompt_length, eos_token_ids, tokenizer)
-    stages = [
+    made = [
         make(settings, info)
         for name in stage_order(settings)
         for neutral, make in (STAGES[name],)
-        if not neutral(settings) and not _idle(name, info) and (only is None or name in only)
+        if not neutral(settings) and (only is None or name in only)
     ]
-    return Chain(stages, greedy=settings.temperature == 0)
-
-
-def _idle(name: str, info: BuildInfo) -> bool:
-    """A stage these settings turn on that would still change nothing: min new tokens with no
-    end ids to hold back (a fixed-length run, as the bench's; the pipelined session leaves it
-    out too). Left in, it cost a copy of the scores, the cut marks and the input ids a token
-    (~0.1 ms on SmolLM2's 49,152 tokens)."""
-    return name == "min_new_tokens" and not info.eos_token_ids
+    # an idle stage (min new tokens with no end ids) would cost a copy of the scores, the cut
+    # marks and the input ids a token (~0.1 ms on SmolLM2's 49,152 tokens) for nothing
+    return Chain([stage for stage in made if not stage.idle], greedy=settings.temperature == 0)

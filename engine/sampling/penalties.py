@@ -83,9 +83,14 @@ class MinNewTokens(LogitsProcessor):
     def label(self) -> str:
         return f"min new tokens {self.min_new_tokens}"
 
+    @property
+    def idle(self) -> bool:
+        """No end ids to hold back (a fixed-length run, as the bench's): a plain copy."""
+        return not self.eos_token_ids
+
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         generated = input_ids.shape[-1] - self.prompt_length
-        if generated >= self.min_new_tokens or not self.eos_token_ids:
+        if generated >= self.min_new_tokens or self.idle:
             return scores.clone()
         eos = torch.tensor(self.eos_token_ids, device=scores.device)
         eos = eos[eos < scores.shape[-1]]
