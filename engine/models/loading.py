@@ -250,11 +250,9 @@ def load_model(
 def quantise_bundle(bundle: ModelBundle, kind: str, say: Callable[[str], None]) -> None:
     """The bundle's model to int8 or int4 weights (engine.quant), in place: a GGUF file's own
     4-bit blocks where they fit the int4 kernel (cached), else rounded from the float weights."""
-    from engine.quant import native
     from engine.quant.apply import quantize_model
     from engine.quant.gguf import quantise_gguf
 
-    native.prepare(say)
     gguf = bundle.extra.get("gguf")
     try:
         if gguf is not None:
