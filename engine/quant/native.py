@@ -1,5 +1,7 @@
-"""The lab's own int8 / int4 CPU products (``csrc/matvec.cpp``): built on the machine that
-runs them, used where they are built and agree with a reference, PyTorch's kernels otherwise.
+"""The lab's own CPU kernels: the int8 / int4 products (``csrc/matvec.cpp``), one token's
+layer in one call (``csrc/layer.cpp``, ``csrc/step.cpp``) and a step's passes over the
+vocabulary (``csrc/stats.cpp``). Built on the machine that runs them, used where they are
+built and the products agree with a reference; PyTorch's kernels and operations otherwise.
 
 Why they exist: PyTorch's weight-only kernels are bound by their arithmetic on a 2-core CPU
 (``_weight_int8pack_mm`` about 5 G weights a second a core, the int4 one 12), so a
@@ -9,9 +11,10 @@ quantised token reads its weights at a fraction of the memory's speed
 
 Built once per CPU and torch (``-march=native``: AVX512-VNNI, AVX-512, AVX2 or plain C++)
 with ``torch.utils.cpp_extension`` into the user's cache, a few seconds; the build and a
-probe against float64 happen at the first quantised model. No compiler, a failed build, a
-plain C++ build (no faster than PyTorch's) or a probe that disagrees: PyTorch's kernels run,
-and ``why_not()`` says why. ``DECODING_LAB_NATIVE_KERNELS=0`` turns them off.
+probe against float64 happen at the first CPU model (``prepare``, said while it loads). No
+compiler, a failed build, a plain C++ build (no faster than PyTorch's) or a probe that
+disagrees: PyTorch's kernels run, and ``why_not()`` says why. ``DECODING_LAB_NATIVE_KERNELS=0``
+turns them off.
 
 Layouts (what ``mm`` in ``engine.step.kernels`` tells apart by the weights' rank): int8
 ``[N, K / 32, 32]`` (the plain matrix, viewed); int4 ``[N, K / 64, 32]`` bytes, in each run

@@ -16,9 +16,10 @@ from torch import Tensor
 # takes; to Python (and to type checkers) it is a float.
 number = float
 
-# The lab's own int8 / int4 products (engine/quant/native.py builds their CPU kernels where it
-# can): their schemas defined here, whether or not they are built, so that TorchScript can
-# compile ``mm`` everywhere (a weight in their layout exists only where they run).
+# The lab's own CPU ops (engine/quant/native.py builds them where it can: the int8 / int4
+# products, a layer's steps, a step's vocabulary passes): their schemas defined here, whether
+# or not they are built, so that TorchScript can compile ``mm`` and ``fused_layer``
+# everywhere (a weight in their layout, or a fused step, exists only where they run).
 _LIBRARY = torch.library.Library("decoding_lab", "FRAGMENT")
 SCHEMAS = (
     "int8_mm(Tensor x, Tensor w, Tensor s) -> Tensor",
