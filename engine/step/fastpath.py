@@ -26,9 +26,10 @@ reordered once into oneDNN's blocked layout (a second copy, cached per model), b
 plain bfloat16 layout is no faster. If the oneDNN op is missing or disagrees with ``x @ w.T``
 on a probe, the path falls back to ``x @ w.T``.
 
-One new token of a Llama-shaped int8 / int4 or bfloat16 model runs each layer in one call of
-the lab's CPU op where it is built (``fused_here``; ``engine.step.forward.fused_layer``;
-``DECODING_LAB_FUSED=0`` turns it off).
+One new token of a Llama-shaped model on the CPU (int8 / int4, bfloat16 or float32) runs in
+one call of the lab's CPU step where it is built (``fused_here``; ``engine/quant/csrc/step.cpp``'s
+Decoder: embedding, rotary tables, every layer, final norm and head; ``DECODING_LAB_FUSED=0``
+turns it off). The prompt and several rows at once run the step above.
 
 ``FastStepper`` is a ``engine.step.stepper.Stepper`` (``logits``, ``truncate``, ``cache``,
 ``forward_passes``), so sessions can use it or ``ModelStepper`` alike.
@@ -48,22 +49,36 @@ from engine.models.device import switched_off
 from engine.quant import native
 from engine.step.fast_spec import (  # noqa: F401 - re-exported: the fast path's public names
     ACT_SILU,
+    DOWN_B,
+    DOWN_S,
+    DOWN_W,
     FAMILIES,
     IN_B,
+    IN_W,
     KN_W,
     NORM_RMS,
+    O_B,
+    O_S,
+    O_W,
     PA_W,
     PF_B,
+    PF_W,
     PFF_W,
+    QKV_B,
+    QKV_S,
+    QKV_W,
     QN_W,
     SUPPORTED,
+    UP_B,
+    UP_S,
+    UP_W,
     FastPathUnsupported,
     Spec,
     _fused,
     read_spec,
     supports,
 )
-from engine.step.kernels import linear
+from engine.step.kernels import linear, mm
 from engine.step.kvcache import StaticKV
 from engine.step.scripted import cpu_step
 
@@ -177,26 +192,54 @@ def prepared(
     return made
 
 
+# the slots of a layer csrc/step.cpp's decode_layer reads, in its order
+FUSED_SLOTS = (IN_W, QKV_W, QKV_S, QKV_B, O_W, O_S, O_B, PF_W, UP_W, UP_S, UP_B, DOWN_W, DOWN_S,
+               DOWN_B)  # fmt: skip
+
+
 def fused_here(spec: Spec) -> bool:
-    """Whether one token's layers run in one call each (``forward.fused_layer``): a step on
-    the CPU in bfloat16 (an int8 / int4 model's, or a bfloat16 one's) with RMS norms and no
-    others in the layers, a gated SiLU, rotary positions and no soft cap, where the lab's
-    kernels are built here. A quantised layer runs the lab's own steps; a bfloat16 one
-    torch's own (the lab's attention's float32 probabilities parted from transformers.generate's
-    greedy tokens at a near-tie, token 28 of 64 of SmolLM2's sea poem, where torch's SDPA
-    keeps them). Float32 keeps the unfused step: no rotary of ours in float32."""
+    """Whether one new token runs in one call of the lab's CPU step (``decoder``): a
+    Llama-shaped model on the CPU (RMS norms and no others in the layers, a gated SiLU, one
+    rotary table, no soft cap) in bfloat16 (an int8 / int4 model's, or a bfloat16 one's) or
+    float32, where the lab's kernels are built. A quantised layer runs the lab's own steps; a
+    float one torch's own (the lab's attention's float32 probabilities parted from
+    transformers.generate's greedy tokens at a near-tie, token 28 of 64 of SmolLM2's sea
+    poem, where torch's SDPA keeps them)."""
     plain = all(
         layer[s].numel() == 0
         for layer in spec.layers
         for s in (IN_B, QN_W, KN_W, PA_W, PF_B, PFF_W)
     )
     shaped = spec.norm_kind == NORM_RMS and spec.act_kind == ACT_SILU and spec.gated
-    shaped = shaped and spec.attn_softcap <= 0.0 and len(spec.inv_freqs) > 0 and plain
+    shaped = shaped and spec.attn_softcap <= 0.0 and spec.final_softcap <= 0.0
+    shaped = shaped and len(spec.inv_freqs) == 1 and plain and spec.final_b.numel() == 0
+    shaped = shaped and spec.embed_scale.numel() == 0 and spec.wpe.numel() == 0
     scales = [layer[s].numel() > 0 for layer in spec.layers for s in Spec.SCALE_SLOTS]
-    alike = all(scales) or not any(scales)  # all quantised, or all bfloat16
-    if spec.device.type != "cpu" or spec.dtype != torch.bfloat16 or not shaped or not alike:
+    quantised = all(scales)
+    dtypes = (torch.bfloat16,) if quantised else (torch.bfloat16, torch.float32)
+    if spec.device.type != "cpu" or spec.dtype not in dtypes or not shaped:
+        return False
+    if not quantised and any(scales):  # some layers quantised, some not
         return False
     return not switched_off("DECODING_LAB_FUSED") and native.usable()
+
+
+def head_apart(spec: Spec, ready: Prepared) -> bool:
+    """Whether the model's head runs outside the lab's step (``decoder``): an int8 head packed
+    for oneDNN (engine.quant.onednn, whose product is Python's, ``kernels.int8_onednn``)."""
+    return ready.lm_head.is_mkldnn and spec.lm_head_s.numel() > 0
+
+
+def decoder(spec: Spec, ready: Prepared) -> Any:
+    """The lab's whole-token step for this model (``csrc/step.cpp``'s Decoder, holding the
+    step's own tensors, not copies). Where the head runs apart (``head_apart``) it is given
+    none, and its step returns the final norm's output."""
+    head = torch.empty(0) if head_apart(spec, ready) else ready.lm_head
+    flat = [layer[s] for layer in ready.layers for s in FUSED_SLOTS]
+    rest = [spec.embed, spec.final_w, head, spec.lm_head_s, spec.inv_freqs[0]]
+    ints = [spec.rot, spec.n_heads, spec.n_kv]
+    floats = [float(spec.rope_scales[0]), float(spec.eps), float(spec.attn_scale)]
+    return torch.classes.decoding_lab.Decoder(flat, rest, ints, floats, ready.onednn)
 
 
 class FastStepper:
@@ -217,8 +260,12 @@ class FastStepper:
             ready = prepared(model, spec.layers, spec.lm_head)
         self.onednn, self.lm_head = ready.onednn, ready.lm_head
         self.layers = [list(layer) for layer in ready.layers]  # shared tensors, own lists
-        self.fused = fused_here(spec)
-        self._args = spec.args(self.onednn, self.fused) | {
+        self._decoder = decoder(spec, ready) if fused_here(spec) else None
+        self.fused = self._decoder is not None
+        self._head_apart = head_apart(spec, ready)
+        # a sliding window past its length masks the sliding layers: the step above runs
+        self._window = spec.window if any(spec.sliding) else 0
+        self._args = spec.args(self.onednn) | {
             "layers": self.layers, "lm_head": self.lm_head,
         }  # fmt: skip
         self._forward = cpu_step(self.device, "forward")  # TorchScript on CPU: scripted.py
@@ -237,6 +284,14 @@ class FastStepper:
         start, new = self.cache.take(ids, keep, self.max_len)
         end = start + len(new)
         k_all, v_all = self.cache.ensure(end)
+        one = len(new) == 1 and keep == 1 and (self._window == 0 or end <= self._window)
+        if self._decoder is not None and one:
+            logits = self._decoder.step(new[0], start, k_all, v_all, end)
+            if self._head_apart:
+                logits = mm(logits, self.lm_head, self.spec.lm_head_s, self.onednn).float()
+            self.forward_passes += 1
+            self.cache.extend(new)
+            return logits
         logits = self._forward(
             ids=torch.tensor(new, device=self.device),
             pos=torch.arange(start, end, device=self.device),

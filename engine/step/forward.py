@@ -173,16 +173,10 @@ def decoder_layer(
     x: Tensor, w: list[Tensor], i: int, layer: Tensor, pos: Tensor, cos_sin: list[Tensor],
     mask: Tensor | None, k_all: Tensor, v_all: Tensor, attn_len: int, n_heads: int,
     n_kv: int, head_dim: int, rot: int, eps: float, norm_kind: int, act_kind: int,
-    gated: bool, attn_scale: float, attn_softcap: float, onednn: bool, fused: bool,
+    gated: bool, attn_scale: float, attn_softcap: float, onednn: bool,
 ) -> Tensor:  # fmt: skip
-    """One decoder layer over x [n, hidden] (``cos_sin`` empty: no rotary); ``fused``: one
-    token's layer on the lab's fused CPU ops where the layer has the shape they take."""
+    """One decoder layer over x [n, hidden] (``cos_sin`` empty: no rotary)."""
     n = x.shape[0]
-    if fused and n == 1 and mask is None:
-        return fused_layer(
-            x, w, i, pos, cos_sin, k_all, v_all, attn_len, n_heads, n_kv, rot, eps,
-            attn_scale, onednn,
-        )  # fmt: skip
     q_size, kv_size = n_heads * head_dim, n_kv * head_dim
     h = norm(x, w[IN_W], w[IN_B], norm_kind, eps)
     qkv = affine(h, w[QKV_W], w[QKV_S], w[QKV_B], onednn)  # [n, q + 2 kv]
@@ -214,27 +208,6 @@ def decoder_layer(
     return x + m
 
 
-def fused_layer(
-    x: Tensor, w: list[Tensor], i: int, pos: Tensor, cos_sin: list[Tensor], k_all: Tensor,
-    v_all: Tensor, attn_len: int, n_heads: int, n_kv: int, rot: int, eps: float,
-    attn_scale: float, onednn: bool,
-) -> Tensor:  # fmt: skip
-    """``decoder_layer`` for one bfloat16 token of a Llama-shaped layer (RMS norms, gated
-    SiLU, rotary, no other norms; ``engine.step.fastpath.fused_here`` says which) in one call
-    of the lab's CPU op (``engine/quant/csrc/step.cpp``'s decode_layer: norms, products,
-    rotary and cache write, attention, SiLU and residuals), where the unfused layer makes ~30
-    calls and TorchScript interprets each. An int8 / int4 layer runs the lab's own steps, the
-    unfused numbers up to the order of a sum; a bfloat16 one torch's own operations in this
-    module's order, the unfused layer's bits. The list gives the slots of ``w`` the op reads,
-    in its order."""
-    slots = [IN_W, QKV_W, QKV_S, QKV_B, O_W, O_S, O_B, PF_W, UP_W, UP_S, UP_B, DOWN_W, DOWN_S,
-             DOWN_B]  # fmt: skip
-    return torch.ops.decoding_lab.decode_layer(
-        x, w, slots, i, pos, cos_sin[0], cos_sin[1], k_all, v_all, attn_len, n_heads, n_kv,
-        rot, eps, attn_scale, onednn,
-    )  # fmt: skip
-
-
 def forward(
     ids: Tensor, pos: Tensor, attn_len: int, always_mask: bool, embed: Tensor,
     embed_scale: Tensor, wpe: Tensor, layers: list[list[Tensor]], sliding: list[bool],
@@ -242,7 +215,7 @@ def forward(
     k_all: Tensor, v_all: Tensor, inv_freqs: list[Tensor], rope_scales: list[float], rot: int,
     n_heads: int, n_kv: int, head_dim: int, eps: float, norm_kind: int, act_kind: int,
     gated: bool, attn_scale: float, attn_softcap: float, final_softcap: float, window: int,
-    keep: int, onednn: bool, fused: bool,
+    keep: int, onednn: bool,
 ) -> Tensor:  # fmt: skip
     """One pass of a decoder over ``ids`` at ``pos`` (the module doc has the shapes)."""
     n = ids.shape[0]
@@ -261,7 +234,7 @@ def forward(
             x, layers[i], i, layer_ids[i : i + 1], pos,
             tables[rope_of[i]] if len(tables) > 0 else no_rotary, mask, k_all, v_all,
             attn_len, n_heads, n_kv, head_dim, rot, eps, norm_kind, act_kind, gated,
-            attn_scale, attn_softcap, onednn, fused,
+            attn_scale, attn_softcap, onednn,
         )  # fmt: skip
     x = norm(x[n - keep :], final_w, final_b, norm_kind, eps)
     logits = mm(x, lm_head, lm_head_s, onednn)

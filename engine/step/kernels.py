@@ -18,8 +18,9 @@ number = float
 
 # The lab's own CPU ops (engine/quant/native.py builds them where it can: the int8 / int4
 # products, a layer's steps, a step's vocabulary passes): their schemas defined here, whether
-# or not they are built, so that TorchScript can compile ``mm`` and ``fused_layer``
-# everywhere (a weight in their layout, or a fused step, exists only where they run).
+# or not they are built, so that TorchScript can compile ``mm`` everywhere (a weight in their
+# layout exists only where they run). The whole token's step (csrc/step.cpp's Decoder class,
+# engine.step.fastpath) is registered by the library itself.
 _LIBRARY = torch.library.Library("decoding_lab", "FRAGMENT")
 SCHEMAS = (
     "int8_mm(Tensor x, Tensor w, Tensor s) -> Tensor",
@@ -32,6 +33,7 @@ SCHEMAS = (
     "int layer, Tensor pos, int n_heads, int n_kv, int rot) -> Tensor",
     "decode_attention(Tensor q, Tensor k_all, Tensor v_all, int layer, int attn_len, "
     "float scale) -> Tensor",
+    # one layer of the Decoder's (csrc/step.cpp), for the tests
     "decode_layer(Tensor x, Tensor[] w, int[] slots, int layer, Tensor pos, Tensor cos, "
     "Tensor sin, Tensor(a!) k_all, Tensor(b!) v_all, int attn_len, int n_heads, int n_kv, "
     "int rot, float eps, float scale, bool onednn) -> Tensor",

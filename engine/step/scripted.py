@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 # the functions each step needs, callees first
 DECODER = (
     "linear", "int8_onednn", "mm", "rms", "norm", "affine", "act", "rotate", "attend",
-    "rotary_tables", "masks", "write_kv", "fused_layer", "decoder_layer", "forward",
+    "rotary_tables", "masks", "write_kv", "decoder_layer", "forward",
 )  # fmt: skip
 T5 = ("linear", "write_kv", "t5_norm", "t5_act", "t5_bias_mask", "t5_layer", "t5_forward")
 

@@ -1,6 +1,7 @@
-"""One token's decoder layer on the lab's fused CPU ops (engine/quant/csrc/layer.cpp,
-engine.step.forward.fused_layer): each op against the unfused step's own operations, the
-fused layer against the unfused one, which steps use it, and what the ops refuse."""
+"""One token's step on the lab's fused CPU ops (engine/quant/csrc/layer.cpp and step.cpp's
+Decoder, engine.step.fastpath): each op against the unfused step's own operations, a layer
+against its pieces, the whole token against the unfused step, which steps use it, and what
+the ops refuse."""
 
 from __future__ import annotations
 
@@ -85,12 +86,15 @@ def test_one_query_attention_is_within_bfloat16s_rounding_of_the_exact_one(heads
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
-@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("kind", ["int8", "int4", "int8-aten"])
 def test_a_quantised_step_runs_fused_and_gives_the_unfused_steps_numbers(family, kind, monkeypatch):
+    """int8-aten: PyTorch's int8 layout, whose head is packed for oneDNN and runs apart."""
+    if kind == "int8-aten":
+        monkeypatch.setattr(native, "takes_int8", lambda *_: False)
     model = quant_sized(family)
-    quantize_model(model, kind)
+    quantize_model(model, kind.removesuffix("-aten"))
     fused = FastStepper(model)
-    assert fused.fused
+    assert fused.fused and fused._head_apart == (kind == "int8-aten")
     monkeypatch.setenv("DECODING_LAB_FUSED", "0")
     plain = FastStepper(model)
     assert not plain.fused
@@ -111,7 +115,7 @@ def test_a_quantised_step_runs_fused_and_gives_the_unfused_steps_numbers(family,
 
 
 def _pieces(x, w, i, pos, cos_sin, k_all, v_all, attn_len, heads, kv, rot, eps, scale):
-    """fused_layer as it was before decode_layer: one op call a piece."""
+    """A quantised layer as one op call a piece (as stop 44 ran it)."""
     h = lab.rms_norm(x, w[step.IN_W], eps)
     qkv = step.affine(h, w[step.QKV_W], w[step.QKV_S], w[step.QKV_B], False).contiguous()
     q = lab.rope_kv(qkv, cos_sin[0], cos_sin[1], k_all, v_all, i, pos, heads, kv, rot)
@@ -146,7 +150,9 @@ def test_the_fused_layer_op_is_its_pieces_bit_for_bit(kind, layout, monkeypatch)
     mine = [c.clone() for c in caches]
     x = torch.randn(1, model.config.hidden_size, generator=g).to(BF)
     want = _pieces(x, w, 1, pos, [cos, sin], *caches, 10, heads, kv, rot, 1e-6, 0.2)
-    got = step.fused_layer(x, w, 1, pos, [cos, sin], *mine, 10, heads, kv, rot, 1e-6, 0.2, False)
+    slots = list(fastpath.FUSED_SLOTS)
+    got = lab.decode_layer(x, w, slots, 1, pos, cos, sin, *mine, 10, heads, kv, rot, 1e-6, 0.2,
+                           False)  # fmt: skip
     assert torch.equal(got, want)
     assert torch.equal(mine[0], caches[0]) and torch.equal(mine[1], caches[1])
     args = (1, pos, cos, sin, *mine, 10, heads, kv, rot, 1e-6, 0.2, False)
@@ -156,35 +162,70 @@ def test_the_fused_layer_op_is_its_pieces_bit_for_bit(kind, layout, monkeypatch)
         lab.decode_layer(x.repeat(2, 1), w, list(range(14)), *args)
 
 
-@pytest.mark.parametrize("onednn", ["1", "0"])
-@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
-def test_a_bfloat16_step_runs_fused_and_gives_the_unfused_steps_bits(family, onednn, monkeypatch):
-    """A bfloat16 model's layer in one call runs torch's own operations (and the lab's rotary,
-    which gives theirs): the unfused step's logits and cache, bit for bit, on oneDNN's packed
-    matrices and on plain ones. (So the fast path's greedy tokens stay transformers', which
-    tests/engine/test_fastpath.py holds on SmolLM2.)"""
-    if onednn == "0":
-        monkeypatch.setattr(fastpath, "onednn_supports", lambda _dtype: False)
-    model = quant_sized(family).to(BF)
+def _same_bits(model, monkeypatch, tokens=(3, 8, 41, 5, 17)):
+    """The model's fused stepper and its unfused one: logits and cache, bit for bit, over a
+    prompt (the step of several rows, both) and one token at a time (the Decoder)."""
     fused = FastStepper(model)
-    assert fused.fused and fused.onednn == (onednn == "1")
-    monkeypatch.setenv("DECODING_LAB_FUSED", "0")
-    plain = FastStepper(model)
+    assert fused.fused
+    with monkeypatch.context() as m:
+        m.setenv("DECODING_LAB_FUSED", "0")
+        plain = FastStepper(model)
     assert not plain.fused
     seq = list(PROMPT)
     assert torch.equal(fused.logits(seq), plain.logits(seq))  # the prompt: unfused both
-    for token in (3, 8, 41, 5, 17):
+    for token in tokens:
         seq.append(token)
         assert torch.equal(fused.logits(seq), plain.logits(seq))
     n = len(seq)
     assert torch.equal(fused.cache.k[:, :, :n], plain.cache.k[:, :, :n])
     assert torch.equal(fused.cache.v[:, :, :n], plain.cache.v[:, :, :n])
+    return fused
+
+
+@pytest.mark.parametrize("dtype", [BF, torch.float32])
+@pytest.mark.parametrize("onednn", ["1", "0"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
+def test_a_float_step_runs_fused_and_gives_the_unfused_steps_bits(family, onednn, dtype,
+                                                                   monkeypatch):  # fmt: skip
+    """A bfloat16 or float32 model's token in one call runs torch's own operations (and the
+    lab's rotary, which gives theirs): the unfused step's logits and cache, bit for bit, on
+    oneDNN's matrices and on plain ones. (So the fast path's greedy tokens stay
+    transformers', which tests/engine/test_fastpath.py holds on SmolLM2.)"""
+    if onednn == "0":
+        monkeypatch.setattr(fastpath, "onednn_supports", lambda _dtype: False)
+    fused = _same_bits(quant_sized(family).to(dtype), monkeypatch)
+    assert fused.onednn == (onednn == "1")
+
+
+def test_a_sliding_window_past_its_length_runs_the_masked_step(monkeypatch):
+    """Mistral's window, shorter than the run: the tokens past it take the unfused step's
+    masked attention, the same bits as before."""
+    model = quant_sized("mistral").to(BF)
+    model.config.sliding_window = 12  # the prompt is 10 tokens: the window ends mid-run
+    _same_bits(model, monkeypatch, tokens=(3, 8, 41, 5, 17, 60, 2))
+
+
+def test_the_decoder_refuses_what_does_not_fit():
+    model = quant_sized("llama")
+    quantize_model(model, "int4")
+    stepper = FastStepper(model)
+    k_all, v_all = stepper.cache.ensure(8)
+    with pytest.raises(RuntimeError, match="not in the vocabulary"):
+        stepper._decoder.step(model.config.vocab_size, 0, k_all, v_all, 1)
+    with pytest.raises(RuntimeError, match="does not fit the cache"):
+        stepper._decoder.step(3, k_all.shape[2], k_all, v_all, k_all.shape[2] + 1)
+    with pytest.raises(RuntimeError, match="14 tensors a layer"):
+        torch.classes.decoding_lab.Decoder([], [], [], [], False)
+    flat = [t for layer in stepper.layers for t in (layer[s] for s in fastpath.FUSED_SLOTS)]
+    with pytest.raises(RuntimeError, match="5 model tensors"):
+        torch.classes.decoding_lab.Decoder(flat, [], [], [], False)
 
 
 @pytest.mark.parametrize("family", ["qwen3", "gemma2", "gpt2"])
 def test_which_steps_are_fused(family):
-    assert not FastStepper(quant_sized("llama")).fused  # float32: unfused
+    assert FastStepper(quant_sized("llama")).fused  # float32 Llama: fused
     # q/k norms (Qwen3), Gemma's norms, a layer norm and GELU: not the shape the ops take
+    assert not FastStepper(quant_sized(family)).fused
     model = quant_sized(family)
     quantize_model(model, "int4")
     assert not FastStepper(model).fused

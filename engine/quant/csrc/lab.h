@@ -37,6 +37,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& a,
                                                 const at::Tensor& w, double eps);
 at::Tensor silu_mul(const at::Tensor& u);
+// a float layer's steps (bfloat16 or float32), the unfused step's bits
+at::Tensor exact_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
+at::Tensor add(const at::Tensor& x, const at::Tensor& a);
+at::Tensor mul(const at::Tensor& x, const at::Tensor& a);
 at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                    at::Tensor& k_all, at::Tensor& v_all, int64_t layer, const at::Tensor& pos,
                    int64_t n_heads, int64_t n_kv, int64_t rot);

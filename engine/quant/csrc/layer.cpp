@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/mean.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
@@ -100,6 +101,122 @@ at::Tensor silu_mul(const at::Tensor& u) {
   return out;
 }
 
+
+}  // namespace lab
+
+namespace {
+
+// A float layer's element type: bfloat16 rounds each result, float32 keeps it
+template <typename T>
+struct Num;
+template <>
+struct Num<bf16> {
+  static float round(float v) { return round_bf16(v); }
+  static bf16 store(float v) { return to_bf16(v); }
+};
+template <>
+struct Num<float> {
+  static float round(float v) { return v; }
+  static float store(float v) { return v; }
+};
+
+void check_float(const at::Tensor& t, const at::Tensor& like, const char* name) {
+  TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.is_contiguous() && t.device().is_cpu(),
+              name, " must be a contiguous CPU tensor of x's dtype");
+}
+
+// out = w * (x * r).to(T), r = 1 / sqrt(mean + eps) a row, the mean from torch's own reduction
+template <typename T>
+void finish_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& mean, double eps,
+                 at::Tensor& out) {
+  const int64_t h = x.size(-1), rows = x.numel() / h;
+  const T* xp = x.data_ptr<T>();
+  const T* wp = w.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const float* mp = mean.data_ptr<float>();
+  for (int64_t i = 0; i < rows; ++i) {
+    // mean + eps in float32 and rsqrt as 1 / sqrt: torch's CPU kernels for one element
+    const float r = 1.f / std::sqrt(mp[i] + static_cast<float>(eps));
+    for (int64_t j = 0; j < h; ++j)
+      op[i * h + j] = Num<T>::store(static_cast<float>(wp[j]) *
+                                    Num<T>::round(static_cast<float>(xp[i * h + j]) * r));
+  }
+}
+
+template <typename T>
+at::Tensor exact_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const int64_t h = x.size(-1);
+  at::Tensor sq = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+  const T* xp = x.data_ptr<T>();
+  float* sp = sq.data_ptr<float>();
+  for (int64_t j = 0; j < x.numel(); ++j) {
+    const float v = static_cast<float>(xp[j]);
+    sp[j] = v * v;  // pow(2): torch squares by a product
+  }
+  const at::Tensor mean = at::mean(sq, -1, true);  // torch's order of the sum, so its bits
+  at::Tensor out = at::empty_like(x);
+  TORCH_CHECK(w.numel() == h, "the norm's weight has ", w.numel(), " values for ", h);
+  finish_norm<T>(x, w, mean, eps, out);
+  return out;
+}
+
+template <typename T>
+at::Tensor add_rows(const at::Tensor& x, const at::Tensor& a) {
+  at::Tensor s = at::empty_like(x);
+  const T* xp = x.data_ptr<T>();
+  const T* ap = a.data_ptr<T>();
+  T* sp = s.data_ptr<T>();
+  for (int64_t j = 0; j < x.numel(); ++j)
+    sp[j] = Num<T>::store(static_cast<float>(xp[j]) + static_cast<float>(ap[j]));
+  return s;
+}
+
+template <typename T>
+at::Tensor mul_rows(const at::Tensor& x, const at::Tensor& a) {
+  at::Tensor s = at::empty_like(x);
+  const T* xp = x.data_ptr<T>();
+  const T* ap = a.data_ptr<T>();
+  T* sp = s.data_ptr<T>();
+  for (int64_t j = 0; j < x.numel(); ++j)
+    sp[j] = Num<T>::store(static_cast<float>(xp[j]) * static_cast<float>(ap[j]));
+  return s;
+}
+
+}  // namespace
+
+namespace lab {
+
+// forward.py's norm for NORM_RMS on bfloat16 or float32 rows, bit for bit: w * (x.float() *
+// rsqrt(x.float().pow(2).mean(-1) + eps)).to(x.dtype), in two passes and torch's mean where
+// its spelling takes eight operations (the mean's order of the sum is torch's, so its bits)
+at::Tensor exact_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  check_float(x, x, "x");
+  check_float(w, x, "w");
+  if (x.scalar_type() == at::kFloat) return exact_norm<float>(x, w, eps);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "x must be bfloat16 or float32");
+  return exact_norm<bf16>(x, w, eps);
+}
+
+// x + a and x * a in x's dtype, torch's additions' and products' bits (float32 arithmetic,
+// one rounding)
+at::Tensor add(const at::Tensor& x, const at::Tensor& a) {
+  check_float(x, x, "x");
+  check_float(a, x, "a");
+  TORCH_CHECK(x.sizes() == a.sizes(), "x and a differ in shape");
+  if (x.scalar_type() == at::kFloat) return add_rows<float>(x, a);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "x must be bfloat16 or float32");
+  return add_rows<bf16>(x, a);
+}
+
+at::Tensor mul(const at::Tensor& x, const at::Tensor& a) {
+  check_float(x, x, "x");
+  check_float(a, x, "a");
+  TORCH_CHECK(x.sizes() == a.sizes(), "x and a differ in shape");
+  if (x.scalar_type() == at::kFloat) return mul_rows<float>(x, a);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "x must be bfloat16 or float32");
+  return mul_rows<bf16>(x, a);
+}
+
 }  // namespace lab
 
 namespace {
@@ -119,20 +236,66 @@ void rotate_head(const bf16* x, const bf16* cos, const bf16* sin, int64_t d, int
   for (int64_t j = rot; j < d; ++j) out[j] = x[j];
 }
 
+// The same in float32: x * cos + rotate_half(x) * sin, each product rounded before the sum
+// as torch's separate operations round them (GCC would fuse a product into the addition)
+__attribute__((optimize("fp-contract=off"))) void rotate_head(const float* x, const float* cos,
+                                                              const float* sin, int64_t d,
+                                                              int64_t rot, float* out) {
+  const int64_t half = rot / 2;
+  for (int64_t j = 0; j < rot; ++j) {
+    const float other = j < half ? -x[j + half] : x[j - half];
+    const float a = x[j] * cos[j];
+    const float b = other * sin[j];
+    out[j] = a + b;
+  }
+  for (int64_t j = rot; j < d; ++j) out[j] = x[j];
+}
+
+// rope_kv's rows, in bfloat16 or float32
+template <typename T>
+void rope_rows(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+               at::Tensor& k_all, at::Tensor& v_all, int64_t layer, const int64_t* pos,
+               int64_t n_heads, int64_t n_kv, int64_t rot, at::Tensor& q) {
+  const int64_t n = qkv.size(0), d = k_all.size(3), cap = k_all.size(2);
+  const T* src = qkv.data_ptr<T>();
+  T* qp = q.data_ptr<T>();
+  T* kp = k_all.data_ptr<T>();
+  T* vp = v_all.data_ptr<T>();
+  for (int64_t t = 0; t < n; ++t) {
+    const T* row = src + t * qkv.size(1);
+    const T* c = cos.data_ptr<T>() + t * rot;
+    const T* s = sin.data_ptr<T>() + t * rot;
+    for (int64_t h = 0; h < n_heads; ++h)
+      rotate_head(row + h * d, c, s, d, rot, qp + (h * n + t) * d);
+    for (int64_t h = 0; h < n_kv; ++h) {
+      const int64_t slot = ((layer * n_kv + h) * cap + pos[t]) * d;
+      rotate_head(row + (n_heads + h) * d, c, s, d, rot, kp + slot);
+      std::copy(row + (n_heads + n_kv + h) * d, row + (n_heads + n_kv + h + 1) * d, vp + slot);
+    }
+  }
+}
+
 }  // namespace
 
 namespace lab {
 
 // qkv [n, (H + 2 KV) D]: the rows' queries rotated and returned [H, n, D]; their keys rotated
-// and their values written into the cache k_all / v_all [layers, KV, capacity, D] at `pos`
+// and their values written into the cache k_all / v_all [layers, KV, capacity, D] at `pos`.
+// bfloat16, or float32 (a float32 model's layer, step.cpp): the unfused step's bits in both
 at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                    at::Tensor& k_all, at::Tensor& v_all, int64_t layer, const at::Tensor& pos,
                    int64_t n_heads, int64_t n_kv, int64_t rot) {
-  check_bf16(qkv, "qkv");
-  check_bf16(cos, "cos");
-  check_bf16(sin, "sin");
-  check_bf16(k_all, "k_all");
-  check_bf16(v_all, "v_all");
+  const bool wide = qkv.scalar_type() == at::kFloat;
+  const auto check = [wide](const at::Tensor& t, const char* name) {
+    if (!wide) return check_bf16(t, name);
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous() && t.device().is_cpu(),
+                name, " must be a contiguous float32 CPU tensor, as qkv is");
+  };
+  check(qkv, "qkv");
+  check(cos, "cos");
+  check(sin, "sin");
+  check(k_all, "k_all");
+  check(v_all, "v_all");
   const int64_t n = qkv.size(0), d = k_all.size(3), cap = k_all.size(2);
   TORCH_CHECK(qkv.size(1) == (n_heads + 2 * n_kv) * d, "qkv's width does not fit the heads");
   TORCH_CHECK(cos.size(-1) == rot && rot <= d && rot % 2 == 0, "the rotary tables do not fit");
@@ -149,23 +312,12 @@ at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tenso
     TORCH_CHECK(at_pos >= 0 && at_pos < cap, "position ", at_pos, " is past the cache");
   }
   at::Tensor q = at::empty({n_heads, n, d}, qkv.options());
-  const bf16* src = qkv.data_ptr<bf16>();
-  bf16* qp = q.data_ptr<bf16>();
-  bf16* kp = k_all.data_ptr<bf16>();
-  bf16* vp = v_all.data_ptr<bf16>();
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t at_pos = p.data_ptr<int64_t>()[t];
-    const bf16* row = src + t * qkv.size(1);
-    const bf16* c = cos.data_ptr<bf16>() + t * rot;
-    const bf16* s = sin.data_ptr<bf16>() + t * rot;
-    for (int64_t h = 0; h < n_heads; ++h)
-      rotate_head(row + h * d, c, s, d, rot, qp + (h * n + t) * d);
-    for (int64_t h = 0; h < n_kv; ++h) {
-      const int64_t slot = ((layer * n_kv + h) * cap + at_pos) * d;
-      rotate_head(row + (n_heads + h) * d, c, s, d, rot, kp + slot);
-      std::copy(row + (n_heads + n_kv + h) * d, row + (n_heads + n_kv + h + 1) * d, vp + slot);
-    }
-  }
+  if (wide)
+    rope_rows<float>(qkv, cos, sin, k_all, v_all, layer, p.data_ptr<int64_t>(), n_heads, n_kv,
+                     rot, q);
+  else
+    rope_rows<bf16>(qkv, cos, sin, k_all, v_all, layer, p.data_ptr<int64_t>(), n_heads, n_kv,
+                    rot, q);
   return q;
 }
 

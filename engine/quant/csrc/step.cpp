@@ -1,24 +1,29 @@
-// One token's Llama-shaped decoder layer in one call (engine/step/forward.py's fused_layer):
-// TorchScript then interprets one call a layer where the unfused layer makes ~30 (and ~40
-// more of views and branches), which was 0.4 ms of a SmolLM2 int4 token and 1.4 ms of a
-// bfloat16 one on a 2-core CPU (resources/notes/quantized-weights.md, "Stop 45").
+// One token's Llama-shaped decoder layer in one call, and a whole token's step in one call
+// (the Decoder class: embedding, rotary tables, every layer, final norm and head), for
+// engine.step.fastpath.FastStepper: TorchScript then interprets nothing for a new token,
+// where the unfused step makes ~30 op calls a layer (and ~40 more of views and branches),
+// and the fused layer of stop 45 one op call a layer with its 22 tensors converted each time
+// (resources/notes/quantized-weights.md, "Stop 45" and "Stop 46").
 //
-// Two kinds of layer take it:
-//   quantised (int8 / int4 matrices): the lab's own steps (layer.cpp), as fused_layer made
-//     them one op call each before, the same numbers up to the order of a sum;
-//   bfloat16 (float matrices): torch's own operations in the unfused step's order
-//     (engine/step/forward.py's decoder_layer: its norm, SiLU, SDPA and additions) and
+// Three kinds of layer take it:
+//   quantised (int8 / int4 matrices): the lab's own steps (layer.cpp), the unfused step's
+//     numbers up to the order of a sum;
+//   bfloat16 and float32 (float matrices): torch's own operations in the unfused step's
+//     order (engine/step/forward.py's decoder_layer: its norm, SiLU, SDPA and additions) and
 //     layer.cpp's rotary and cache write (the unfused one's bits), so the same bits, and
 //     transformers' greedy tokens with them.
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <torch/custom_class.h>
 #include <torch/library.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lab.h"
 
@@ -55,14 +60,6 @@ at::Tensor affine(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s,
   return b.numel() > 0 ? y + b : y;  // torch's bfloat16 add, as the unfused step's
 }
 
-// forward.py's norm for NORM_RMS: w * rms(x.float(), eps).to(x.dtype), rms spelt out as
-// forward.rms spells it on the CPU (the same operations, so the same bits)
-at::Tensor torch_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  const at::Tensor xf = x.to(at::kFloat);
-  const at::Tensor r = xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps);
-  return w * r.to(x.scalar_type());
-}
-
 // forward.py's attend for one query without a mask or soft cap: SDPA over the cache
 at::Tensor torch_attention(const at::Tensor& q, const at::Tensor& k_all, const at::Tensor& v_all,
                            int64_t layer, int64_t len, double scale, bool gqa) {
@@ -83,48 +80,155 @@ struct LayerIn {
   const at::Tensor& operator[](Slot i) const { return w[slots[i]]; }
 };
 
-// x [1, hidden] bfloat16 -> [1, hidden]: the file's head says which steps each kind takes
-at::Tensor decode_layer(const at::Tensor& x, at::TensorList w, at::IntArrayRef slots,
-                        int64_t layer, const at::Tensor& pos, const at::Tensor& cos,
-                        const at::Tensor& sin, at::Tensor& k_all, at::Tensor& v_all,
-                        int64_t len, int64_t n_heads, int64_t n_kv, int64_t rot, double eps,
-                        double scale, bool onednn) {
+// The model's numbers every layer shares
+struct Shape {
+  int64_t n_heads, n_kv, rot;
+  double eps, scale;
+  bool onednn;
+};
+
+// A layer's output as the two terms of its last residual addition, x = s + d (d undefined:
+// x = s): the next layer adds them in the same pass as its first norm
+struct Residual {
+  at::Tensor s, d;
+};
+
+// (x, norm(x)) from the residual terms: float matrices take torch's own norm (its bits), a
+// quantised layer the lab's (the same numbers up to the order of a sum)
+std::tuple<at::Tensor, at::Tensor> add_norm(const Residual& r, const at::Tensor& w, double eps,
+                                            bool exact) {
+  if (exact) {
+    const at::Tensor x = r.d.defined() ? lab::add(r.s, r.d) : r.s;
+    return {x, lab::exact_rms_norm(x, w, eps)};
+  }
+  if (r.d.defined()) return lab::add_rms_norm(r.s, r.d, w, eps);
+  return {r.s, lab::rms_norm(r.s, w, eps)};
+}
+
+at::Tensor sum(const Residual& r) { return r.d.defined() ? lab::add(r.s, r.d) : r.s; }
+
+// One layer over x = in.s + in.d [1, hidden], bfloat16 (or float32 for float matrices): the
+// file's head says which steps each kind takes
+Residual layer_step(const Residual& in, const LayerIn& t, int64_t layer, const at::Tensor& pos,
+                    const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_all,
+                    at::Tensor& v_all, int64_t len, const Shape& m) {
+  const bool exact = t[kQkvS].numel() == 0;  // float matrices: torch's own steps
+  const at::Tensor& x0 = in.s;
+  if (!exact || x0.scalar_type() != at::kFloat) lab::check_bf16(x0, "x");
+  TORCH_CHECK(x0.dim() == 2 && x0.size(0) == 1 && x0.is_contiguous(),
+              "decode_layer takes one token, x [1, hidden]");
+  const auto [x, h] = add_norm(in, t[kInW], m.eps, exact);
+  const at::Tensor qkv = affine(h, t[kQkvW], t[kQkvS], t[kQkvB], m.onednn).contiguous();
+  const at::Tensor q =
+      lab::rope_kv(qkv, cos, sin, k_all, v_all, layer, pos, m.n_heads, m.n_kv, m.rot);
+  const at::Tensor att =
+      exact ? torch_attention(q, k_all, v_all, layer, len, m.scale, m.n_heads != m.n_kv)
+            : lab::decode_attention(q, k_all, v_all, layer, len, m.scale);
+  const at::Tensor a =
+      affine(att.transpose(0, 1).reshape({1, -1}), t[kOW], t[kOS], t[kOB], m.onednn);
+  const auto [s, h2] = add_norm(Residual{x, a}, t[kPfW], m.eps, exact);
+  const at::Tensor up = affine(h2, t[kUpW], t[kUpS], t[kUpB], m.onednn);
+  at::Tensor u;
+  if (exact) {  // torch's SiLU, then its product's bits
+    const int64_t inner = up.size(1) / 2;
+    u = lab::mul(at::silu(up.narrow(1, 0, inner)), up.narrow(1, inner, inner).contiguous());
+  } else {
+    u = lab::silu_mul(up);
+  }
+  const at::Tensor down = affine(u, t[kDownW], t[kDownS], t[kDownB], m.onednn);
+  TORCH_CHECK(down.sizes() == s.sizes(), "the down product does not give the hidden width");
+  return Residual{s, down};
+}
+
+void check_slots(at::TensorList w, at::IntArrayRef slots) {
   TORCH_CHECK(static_cast<int64_t>(slots.size()) == kSlots, "decode_layer reads ", kSlots,
               " slots of a layer");
   for (const int64_t at_slot : slots)
     TORCH_CHECK(at_slot >= 0 && at_slot < static_cast<int64_t>(w.size()), "slot ", at_slot,
                 " is not in the layer's ", w.size(), " tensors");
-  const LayerIn t{w, slots};
-  lab::check_bf16(x, "x");
-  TORCH_CHECK(x.dim() == 2 && x.size(0) == 1, "decode_layer takes one token, x [1, hidden]");
-  const bool exact = t[kQkvS].numel() == 0;  // float matrices: torch's own steps
-  const at::Tensor h = exact ? torch_rms_norm(x, t[kInW], eps) : lab::rms_norm(x, t[kInW], eps);
-  const at::Tensor qkv = affine(h, t[kQkvW], t[kQkvS], t[kQkvB], onednn).contiguous();
-  const at::Tensor q = lab::rope_kv(qkv, cos, sin, k_all, v_all, layer, pos, n_heads, n_kv, rot);
-  const at::Tensor att =
-      exact ? torch_attention(q, k_all, v_all, layer, len, scale, n_heads != n_kv)
-            : lab::decode_attention(q, k_all, v_all, layer, len, scale);
-  const at::Tensor a =
-      affine(att.transpose(0, 1).reshape({1, -1}), t[kOW], t[kOS], t[kOB], onednn);
-  at::Tensor s, u;
-  if (exact) {
-    s = x + a;
-    const at::Tensor up = affine(torch_rms_norm(s, t[kPfW], eps), t[kUpW], t[kUpS], t[kUpB],
-                                 onednn);
-    const auto halves = up.chunk(2, -1);
-    u = at::silu(halves[0]) * halves[1];
-  } else {
-    at::Tensor h2;
-    std::tie(s, h2) = lab::add_rms_norm(x, a, t[kPfW], eps);
-    u = lab::silu_mul(affine(h2, t[kUpW], t[kUpS], t[kUpB], onednn));
-  }
-  const at::Tensor m = affine(u, t[kDownW], t[kDownS], t[kDownB], onednn);
-  TORCH_CHECK(m.sizes() == s.sizes(), "the down product does not give the hidden width");
-  return s + m;  // torch's bfloat16 add: one rounding of the float32 sum, as the lab's
 }
+
+// The op: one layer, its tensors `w` read at `slots` (in Slot's order)
+at::Tensor decode_layer(const at::Tensor& x, at::TensorList w, at::IntArrayRef slots,
+                        int64_t layer, const at::Tensor& pos, const at::Tensor& cos,
+                        const at::Tensor& sin, at::Tensor& k_all, at::Tensor& v_all,
+                        int64_t len, int64_t n_heads, int64_t n_kv, int64_t rot, double eps,
+                        double scale, bool onednn) {
+  check_slots(w, slots);
+  const Shape m{n_heads, n_kv, rot, eps, scale, onednn};
+  return sum(layer_step(Residual{x, {}}, LayerIn{w, slots}, layer, pos, cos, sin, k_all, v_all,
+                        len, m));
+}
+
+constexpr int64_t kInOrder[kSlots] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+
+// A whole token's step for one model (engine.step.fastpath.FastStepper builds it once, with
+// the tensors the step holds, shared, not copied): engine/step/forward.py's forward for one
+// id at one position with keep = 1, in its operations' order, so its bits
+struct Decoder : torch::CustomClassHolder {
+  std::vector<at::Tensor> layers;  // kSlots a layer, in Slot's order
+  at::Tensor embed, final_w, head, head_s, inv_freq, none;
+  Shape shape;
+  double rope_scale;
+
+  // rest: embed, final norm's weight, head, head's scales, the rotary's inverse frequencies;
+  // ints: rot, heads, kv heads; floats: rotary scale, eps, attention scale
+  Decoder(std::vector<at::Tensor> w, std::vector<at::Tensor> rest, std::vector<int64_t> ints,
+          std::vector<double> floats, bool onednn)
+      : layers(std::move(w)) {
+    TORCH_CHECK(!layers.empty() && layers.size() % kSlots == 0, "a Decoder takes ", kSlots,
+                " tensors a layer");
+    TORCH_CHECK(rest.size() == 5 && ints.size() == 3 && floats.size() == 3,
+                "a Decoder takes 5 model tensors, 3 ints and 3 floats");
+    embed = rest[0];
+    final_w = rest[1];
+    head = rest[2];
+    head_s = rest[3];
+    inv_freq = rest[4];
+    TORCH_CHECK(head_s.numel() == 0 || !head.is_mkldnn(),
+                "a Decoder's head is not packed for oneDNN's int8: give it none");
+    TORCH_CHECK(embed.dim() == 2 && inv_freq.dim() == 1 && 2 * inv_freq.size(0) == ints[0],
+                "the embedding or the rotary frequencies do not fit");
+    shape = Shape{ints[1], ints[2], ints[0], floats[1], floats[2], onednn};
+    rope_scale = floats[0];
+    none = at::empty({0}, embed.options());
+  }
+
+  // logits [1, vocab] float32 of `token` at position `pos`; its keys and values written into
+  // k_all / v_all, attention over their first `len` positions. A Decoder given no head (an
+  // empty one) returns the final norm's output [1, hidden], for the caller's head
+  at::Tensor step(int64_t token, int64_t pos, at::Tensor k_all, at::Tensor v_all, int64_t len) {
+    TORCH_CHECK(token >= 0 && token < embed.size(0), "token ", token, " is not in the vocabulary");
+    TORCH_CHECK(pos >= 0 && pos < len && len <= k_all.size(2), "position ", pos,
+                " does not fit the cache");
+    const auto longs = at::TensorOptions().dtype(at::kLong);
+    const at::Tensor at_pos = at::full({1}, pos, longs);
+    at::Tensor x = embed.index_select(0, at::full({1}, token, longs));
+    const at::Tensor freqs = at::outer(at_pos.to(at::kFloat), inv_freq);
+    const at::Tensor emb = at::cat({freqs, freqs}, -1);
+    const at::Tensor cos = (emb.cos() * rope_scale).to(x.scalar_type());
+    const at::Tensor sin = (emb.sin() * rope_scale).to(x.scalar_type());
+    const int64_t n = static_cast<int64_t>(layers.size()) / kSlots;
+    Residual r{x, {}};
+    for (int64_t i = 0; i < n; ++i) {
+      const LayerIn t{at::TensorList(layers).slice(i * kSlots, kSlots), kInOrder};
+      r = layer_step(r, t, i, at_pos, cos, sin, k_all, v_all, len, shape);
+    }
+    x = lab::exact_rms_norm(sum(r), final_w, shape.eps);  // forward.py's final norm: torch's
+    if (head.numel() == 0) return x;
+    return affine(x, head, head_s, none, shape.onednn).to(at::kFloat);
+  }
+};
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) { m.impl("decode_layer", &decode_layer); }
 // a bfloat16 layer's matrices packed for oneDNN are MkldnnCPU tensors, which pick this key
 TORCH_LIBRARY_IMPL(decoding_lab, MkldnnCPU, m) { m.impl("decode_layer", &decode_layer); }
+
+TORCH_LIBRARY_FRAGMENT(decoding_lab, m) {
+  m.class_<Decoder>("Decoder")
+      .def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<int64_t>,
+                       std::vector<double>, bool>())
+      .def("step", &Decoder::step);
+}
