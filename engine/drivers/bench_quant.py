@@ -91,25 +91,30 @@ def _rate(model: torch.nn.Module, ids: list[int], n: int) -> tuple[float, float,
 
 def _rows(
     models: dict[str, torch.nn.Module], ids: list[int], n: int, copy_bw: float,
-    say: Callable[[str], None], title: str,
+    say: Callable[[str], None], title: str, rounds: int = 3,
 ) -> dict[str, Any]:  # fmt: skip
-    """Each model's rates, alternated over two rounds (a load spike falls on all alike). The
+    """Each model's rates and its matrix products alone, alternated over ``rounds`` rounds
+    (a load spike falls on all alike), best of each: a model's products are timed right
+    after its session in each round, so the whole token and its products are measured under
+    the same conditions (memory bandwidth shared with other machines moves both). The
     bandwidth share is taken on the decode alone: a decode token reads every weight once,
     the prompt pass reads them once for all its tokens."""
     best: dict[str, tuple[float, float]] = dict.fromkeys(models, (0.0, 0.0))
-    steppers: dict[str, Any] = {}
-    for _ in range(2):
+    floors: dict[str, float | None] = dict.fromkeys(models)
+    for _ in range(rounds):
         for kind, model in models.items():
-            whole, decode, steppers[kind] = _rate(model, ids, n)
+            whole, decode, stepper = _rate(model, ids, n)
             best[kind] = (max(best[kind][0], whole), max(best[kind][1], decode))  # NaN: 0
+            floor = matrix_products_alone(stepper)
+            if floor is not None:
+                floors[kind] = min(floors[kind] or floor, floor)
     base = tuple(v or float("nan") for v in best.get("float32", (0.0, 0.0)))
     out: dict[str, Any] = {}
     nan = float("nan")
     for kind, model in models.items():
-        (whole, decode), need = best[kind], weight_bytes(model)
+        (whole, decode), need, floor = best[kind], weight_bytes(model), floors[kind]
         decode = decode or nan  # a rate that could not be measured prints "nan", not a crash
         share = decode * need / copy_bw
-        floor = matrix_products_alone(steppers[kind])
         products = f"{floor * 1e3:6.1f}" if floor is not None else "     ?"
         say(f"   {title} {kind:<8} {whole:6.1f} tok/s {whole / base[0]:5.2f}x fp32 | decode alone "
             f"{decode:6.1f} tok/s {decode / base[1]:5.2f}x | weights/token {need / 1e6:6.1f} MB "

@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from itertools import zip_longest
 
 import torch
-import torch.nn.functional as F
 
 from engine.records import StageNote
+from engine.sampling import greedy
 from engine.sampling.base import NEG_INF, LogitsProcessor, StepState
 from engine.sampling.mirostat import Mirostat
 from engine.sampling.penalties import DRY
@@ -152,7 +152,7 @@ class Chain(Sampler):
         collector = ChainReport()
         scores, cut = apply_chain(self.stages, ids, logits, track=True, report=collector)
         self._report = collector.record()
-        probs = F.softmax(scores, dim=-1)
+        probs = greedy.softmax(scores)
         if any(collector.stops):  # a row the grammar emptied: probabilities 0, not NaN
             probs = probs.nan_to_num(0.0)
         return probs, cut
@@ -206,11 +206,10 @@ def _name_ids(text: str, show: Callable[[int], str]) -> str:
 _NO_IDS = torch.empty((1, 0), dtype=torch.long)
 
 
-def pick(probs: torch.Tensor, greedy: bool, generator: torch.Generator) -> torch.Tensor:
+def pick(probs: torch.Tensor, take_max: bool, generator: torch.Generator) -> torch.Tensor:
     """probs: [vocab] -> token: [1]; the argmax when greedy, else a draw."""
-    if greedy:
-        # the first maximum, as argmax; torch.max's reduction is 3x faster on the CPU
-        return probs.max(-1).indices.reshape(1)
+    if take_max:  # the first maximum, as argmax
+        return greedy.first_max(probs)
     return draw(probs, generator)
 
 

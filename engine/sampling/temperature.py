@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from engine.sampling import greedy
 from engine.sampling.base import NEG_INF, LogitsProcessor
 from engine.sampling.checks import check_setting
 
@@ -27,8 +28,7 @@ class Temperature(LogitsProcessor):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.temperature == 0:  # the first maximum stays, every other score is -inf
-            first = scores.max(dim=-1, keepdim=True).indices
-            return torch.full_like(scores, NEG_INF).scatter_(-1, first, scores.gather(-1, first))
+            return greedy.keep_first_max(scores)
         if self.temperature == 1:
             return scores.clone()
         # Shift by the max first: tiny temperatures then give -inf, never inf - inf = NaN.
@@ -66,8 +66,8 @@ class DynamicTemperature(LogitsProcessor):
         single = (scores != NEG_INF).sum(-1, keepdim=True) <= 1
         top = scores.amax(-1, keepdim=True)
         scaled = (scores - top) / t.clamp_min(1e-30)
-        greedy = Temperature(0)(input_ids, scores)
-        out = torch.where(t > 0, scaled, greedy)
+        kept = Temperature(0)(input_ids, scores)
+        out = torch.where(t > 0, scaled, kept)
         return torch.where(single, scores, out)
 
     def note(self, before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:

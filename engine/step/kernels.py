@@ -42,8 +42,11 @@ SCHEMAS = (
     "step_stats(Tensor logits, Tensor probs, Tensor tokens, int n, Tensor cut, Tensor finite) "
     "-> Tensor",
     "all_finite(Tensor x) -> Tensor",
-    # what a sampler stage cut (engine.sampling.chain)
+    # what a sampler stage cut (engine.sampling.chain); greedy's stage, probabilities and pick
     "stage_cut(Tensor before, Tensor after, Tensor(a!) cut, int stage, bool binding) -> Tensor",
+    "first_max(Tensor x) -> Tensor",
+    "keep_first_max(Tensor x) -> Tensor",
+    "one_hot_probs(Tensor x) -> Tensor",
 )
 for _schema in SCHEMAS:
     with contextlib.suppress(RuntimeError):  # defined already (a module reloaded)

@@ -1,0 +1,100 @@
+"""A greedy step's passes (engine.sampling.greedy, the lab's ops in engine/quant/csrc/stats.cpp)
+against torch's own operations: the first maximum (ties, NaN, rows of -inf), temperature 0's
+scores, and one-hot probabilities where softmax gives one-hot rows, torch's softmax where it
+does not; and a greedy session's records with and without the lab's ops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.decode.session import GenerationSession
+from engine.quant import native
+from engine.sampling import greedy
+from engine.sampling.base import NEG_INF
+from engine.sampling.settings import SamplerSettings
+
+pytestmark = pytest.mark.skipif(not native.usable(), reason=f"not built: {native.why_not()}")
+lab = torch.ops.decoding_lab
+NAN, INF = float("nan"), float("inf")
+
+
+def _rows(vocab: int) -> torch.Tensor:
+    """Rows that reach every branch: plain, ties (first in one block and in two), a NaN and
+    two, all -inf, +inf, one finite score left, two left, -inf around a tie."""
+    g = torch.Generator().manual_seed(vocab)
+    x = torch.randn(10, vocab, generator=g) * 4
+    x[1, [3, vocab - 1]] = 50.0  # a tie in two blocks
+    x[2, [vocab // 2, vocab // 2 + 1]] = 50.0  # a tie in one
+    x[3, [vocab - 2]] = NAN
+    x[4, [vocab // 3, 1]] = NAN  # two NaNs: the first
+    x[5] = NEG_INF
+    x[6, vocab // 4] = INF
+    x[7] = NEG_INF
+    x[7, vocab - 1] = -3.0  # one finite score left
+    x[8] = NEG_INF
+    x[8, [0, vocab - 1]] = 2.0  # two left, tied
+    x[9, ::2] = NEG_INF
+    return x
+
+
+@pytest.mark.parametrize("vocab", [1, 7, 64, 65, 300, 49152])
+def test_the_first_maximum_is_torch_maxs(vocab):
+    x = _rows(vocab) if vocab > 4 else torch.randn(3, vocab)
+    assert torch.equal(lab.first_max(x), x.max(-1).indices)
+    for row in x:
+        assert torch.equal(greedy.first_max(row), row.max(-1).indices.reshape(1))
+    first = x.max(-1, keepdim=True).indices
+    want = torch.full_like(x, NEG_INF).scatter_(-1, first, x.gather(-1, first))
+    got = greedy.keep_first_max(x)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+@pytest.mark.parametrize("vocab", [7, 300, 49152])
+def test_probabilities_are_torch_softmaxs(vocab):
+    """One-hot where every row keeps one finite score (bit for bit torch's softmax); any other
+    row (two left, NaN, +inf, nothing left) sends the whole block to torch's softmax."""
+    x = _rows(vocab)
+    kept = greedy.keep_first_max(x)
+    good = kept[[0, 1, 2, 7, 8, 9]]  # one finite score left in each
+    one_hot = lab.one_hot_probs(good)
+    assert one_hot.numel() > 0 and torch.equal(one_hot, F.softmax(good, -1))
+    assert torch.equal(greedy.softmax(good[[3]]), F.softmax(good[[3]], -1))
+    for bad in (x, kept[[5]], kept[[3]], kept[[6]]):  # many left; nothing; NaN; +inf
+        assert lab.one_hot_probs(bad).numel() == 0
+        got, want = greedy.softmax(bad), F.softmax(bad, -1)
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+def test_the_ops_refuse_what_is_not_float32_rows():
+    with pytest.raises(RuntimeError, match="float32"):
+        lab.first_max(torch.zeros(2, 5, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="empty vocabulary"):
+        lab.keep_first_max(torch.zeros(2, 0))
+    # the torch way where the op does not take the rows
+    x = torch.randn(2, 9, dtype=torch.float64)
+    assert torch.equal(greedy.keep_first_max(x).isfinite().sum(-1), torch.tensor([1, 1]))
+
+
+def test_a_greedy_sessions_records_are_the_same_with_torchs_operations(monkeypatch):
+    from test_quant import quant_sized
+
+    model = quant_sized("llama")
+    settings = SamplerSettings(temperature=0, max_new_tokens=12, min_new_tokens=12)
+
+    def run() -> list:
+        return list(GenerationSession(model, [5, 17, 33], settings, eos_token_ids=[],
+                                      top_n=8).stream())  # fmt: skip
+
+    mine = run()
+    monkeypatch.setattr(greedy, "_lab", lambda _x: False)
+    theirs = run()
+    assert [s.token_id for s in mine] == [s.token_id for s in theirs]
+    for a, b in zip(mine, theirs, strict=True):
+        assert a.prob == b.prob == 1.0 and a.survivors == b.survivors == 1
+        assert [c.token_id for c in a.candidates] == [c.token_id for c in b.candidates]
+        assert [c.prob for c in a.candidates] == [c.prob for c in b.candidates]
+        assert [c.cut_by for c in a.candidates] == [c.cut_by for c in b.candidates]
