@@ -75,11 +75,14 @@ def _width(w: torch.Tensor, s: torch.Tensor) -> int:
     return k * 2 if s.numel() and w.dtype == torch.uint8 else k
 
 
-def matrix_products_alone(stepper: Any, rounds: int = 3) -> float | None:
+def matrix_products_alone(stepper: Any, rounds: int = 3, passes: int = 1) -> float | None:
     """Seconds per token of a fast-path stepper's matrix products alone (every layer's fused
     q/k/v, output, up and down products and the head, with the stepper's own weights and
-    kernel), best of ``rounds``: the floor under a token on this machine, whatever else the
-    step does. None for a stepper without the fast path's weights."""
+    kernel): the mean of ``passes`` passes in a row, best of ``rounds``; the floor under a
+    token on this machine, whatever else the step does. Set beside a run's token rate (a
+    mean over its tokens), ``passes`` as many as the run's tokens measures both alike: the
+    best of single passes catches the machine's quietest moments, which a run's mean does
+    not. None for a stepper without the fast path's weights."""
     layers, head = getattr(stepper, "layers", None), getattr(stepper, "lm_head", None)
     spec = getattr(stepper, "spec", None)
     if layers is None or head is None or spec is None:
@@ -96,5 +99,9 @@ def matrix_products_alone(stepper: Any, rounds: int = 3) -> float | None:
             for x, w, s in zip(inputs, weights, scales, strict=True):
                 mm(x, w, s, onednn)
 
+    def run() -> None:
+        for _ in range(passes):
+            once()
+
     once()
-    return min(timed(stepper.device, once)[1] for _ in range(rounds))
+    return min(timed(stepper.device, run)[1] for _ in range(rounds)) / passes
