@@ -124,6 +124,23 @@ def native_columns(
     )  # fmt: skip
 
 
+def greedy_measured(logits: torch.Tensor, top_n: int, finite: torch.Tensor) -> Measured | None:
+    """A greedy step whole (temperature 0 alone: ``engine.sampling.chain.Chain.plain_greedy``)
+    from finite logits [1, vocab]: the token (the first maximum), its one-hot probabilities,
+    the stage-0 cuts and ``measure``'s numbers, in one op of the lab's (csrc/stats.cpp's
+    greedy_stats) where the chain, its softmax, the pick and the record's passes take a dozen
+    operations and ~0.3 ms a SmolLM2 token just after a forward pass; ``finite``: the source's
+    own logits' flag. None where the op does not take the logits (then the chain runs).
+    ``tests/engine/test_greedy_ops.py`` holds it to the chain's own records."""
+    from engine.quant import native
+
+    if logits.shape[0] != 1 or finite.dtype != torch.bool or not native.takes_rows(logits):
+        return None
+    n = min(top_n, logits.shape[-1])
+    row = torch.ops.decoding_lab.greedy_stats(logits.contiguous(), n, finite.cpu())
+    return unpack_row(row.tolist()[0], n, False)
+
+
 def step_columns(
     logits: torch.Tensor,
     probs: torch.Tensor,

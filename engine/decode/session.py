@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 from engine.decode.base import Record, SessionBase
-from engine.decode.measure import Measured, finite_rows, measure
+from engine.decode.measure import Measured, finite_rows, greedy_measured, measure
 from engine.models.prompt import DecodeStart
 from engine.records import KEEP_FULL, SAMPLING, Rewind, Step
-from engine.sampling.sampler import Sampler, StageReport
+from engine.sampling.sampler import NO_REPORT, Sampler, StageReport
 from engine.sampling.settings import DEFAULT_SETTINGS, SamplerSettings
 from engine.step.stepper import ModelStepper, catch_up, to_feed
 
@@ -49,6 +49,9 @@ class GenerationSession(SessionBase):
     """
 
     method = SAMPLING
+    # a greedy step may be taken whole from the logits (measure.greedy_measured): not where a
+    # source measures its logits its own way (a served model's top-N)
+    whole_greedy = True
 
     def __init__(
         self,
@@ -201,6 +204,11 @@ class GenerationSession(SessionBase):
             raise RuntimeError("Generation has finished; branch or rewind to continue.")
         start = time.perf_counter()
         source = self._logits()
+        if self._forced is None and self.whole_greedy and self.sampler.plain_greedy:
+            m = greedy_measured(source.logits, self.top_n, source.finite)
+            if m is not None:
+                elapsed = time.perf_counter() - start
+                return self._append(m, elapsed, "greedy", False, source.fed, NO_REPORT)
         ids = self._ids_tensor() if self.sampler.uses_ids else None
         # The step's generator is seeded before the chain: XTC draws from it, then the pick.
         self._generator.manual_seed(step_seed(self.seed, len(self.history)))

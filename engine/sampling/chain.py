@@ -22,6 +22,7 @@ from engine.sampling.sampler import (
     StageNoteSlot,
     StageReport,
 )
+from engine.sampling.temperature import Temperature
 
 
 def apply_chain(
@@ -132,6 +133,8 @@ class Chain(Sampler):
     def __init__(self, stages: Sequence[LogitsProcessor], greedy: bool) -> None:
         self.stages = list(stages)
         self.greedy = greedy
+        only = self.stages[0] if len(self.stages) == 1 else None
+        self.plain_greedy = greedy and isinstance(only, Temperature) and only.temperature == 0
         self.uses_ids = any(stage.uses_ids for stage in self.stages)
         self.labels = tuple(stage.label for stage in self.stages)
         self.state = StepState()  # shared with the stages that read it (XTC, mirostat)

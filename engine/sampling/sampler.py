@@ -84,6 +84,8 @@ class Sampler(Protocol):
     """Turns raw logits into probabilities and picks a token, for every session."""
 
     greedy: bool  # pick takes the argmax (temperature 0); a session's source says "greedy"
+    # temperature 0 alone: a session may take the whole step in one op (measure.greedy_measured)
+    plain_greedy: bool = False
     uses_ids: bool  # probs reads input_ids (a session builds them only then)
     labels: tuple[str, ...]  # stage names; ``cut`` and ``PenaltyTrace.changed_by`` index them
     stateful: bool  # accept changes what probs gives next (mirostat): rows go one at a time

@@ -69,6 +69,7 @@ class RemoteSession(GenerationSession):
     ``GenerationSession``: ``_logits`` asks the server, ``_measure`` reads the top-N it gave."""
 
     method = SAMPLING
+    whole_greedy = False  # its greedy steps go through _measure too
 
     def __init__(
         self,

@@ -41,6 +41,7 @@ SCHEMAS = (
     # engine.decode.measure)
     "step_stats(Tensor logits, Tensor probs, Tensor tokens, int n, Tensor cut, Tensor finite) "
     "-> Tensor",
+    "greedy_stats(Tensor logits, int n, Tensor finite) -> Tensor",
     "all_finite(Tensor x) -> Tensor",
     # what a sampler stage cut (engine.sampling.chain); greedy's stage, probabilities and pick
     "stage_cut(Tensor before, Tensor after, Tensor(a!) cut, int stage, bool binding) -> Tensor",

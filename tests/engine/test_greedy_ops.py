@@ -1,7 +1,8 @@
 """A greedy step's passes (engine.sampling.greedy, the lab's ops in engine/quant/csrc/stats.cpp)
 against torch's own operations: the first maximum (ties, NaN, rows of -inf), temperature 0's
 scores, and one-hot probabilities where softmax gives one-hot rows, torch's softmax where it
-does not; and a greedy session's records with and without the lab's ops."""
+does not; the whole greedy step in one op (measure.greedy_measured) against the chain, its
+pick and measure; and a greedy session's records with and without the lab's ops."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from engine.decode import measure
 from engine.decode.session import GenerationSession
 from engine.quant import native
 from engine.sampling import greedy
 from engine.sampling.base import NEG_INF
+from engine.sampling.build import build_chain
 from engine.sampling.settings import SamplerSettings
 
 pytestmark = pytest.mark.skipif(not native.usable(), reason=f"not built: {native.why_not()}")
@@ -98,3 +101,68 @@ def test_a_greedy_sessions_records_are_the_same_with_torchs_operations(monkeypat
         assert [c.token_id for c in a.candidates] == [c.token_id for c in b.candidates]
         assert [c.prob for c in a.candidates] == [c.prob for c in b.candidates]
         assert [c.cut_by for c in a.candidates] == [c.cut_by for c in b.candidates]
+
+
+@pytest.mark.parametrize("vocab", [3, 300, 49152])
+@pytest.mark.parametrize("n", [0, 1, 20])
+def test_the_whole_greedy_step_is_the_chains_pick_and_measure(vocab, n):
+    """One op for temperature 0 alone: the same record as the chain (its cuts and one-hot
+    probabilities), its pick and ``measure``, on plain rows, ties at the top, a confident
+    row, and a broken source's row (zeros, its flag false)."""
+    n = min(n, vocab)
+    chain = build_chain(SamplerSettings(temperature=0), 4, [])
+    assert chain.plain_greedy
+    g = torch.Generator().manual_seed(vocab)
+    rows = [torch.randn(1, vocab, generator=g) * 3 for _ in range(3)]
+    rows[1][0, [0, vocab - 1]] = 40.0  # a tie at the top: the first
+    rows[2][0, vocab // 2] = 90.0  # the rest far below
+    rows.append(torch.zeros(1, vocab))  # finite_rows' stand-in for a broken row
+    for i, logits in enumerate(rows):
+        finite = torch.tensor([i != 3])
+        probs, cut = chain.probs(None, logits)
+        token = chain.pick(probs[0], torch.Generator())
+        want = measure.measure(logits, probs, token, n, cut, finite)[0]
+        got = measure.greedy_measured(logits, n, finite)
+        assert got == want
+
+
+def test_the_whole_greedy_step_is_for_temperature_0_alone():
+    for settings in (SamplerSettings(temperature=0, top_k=5), SamplerSettings(temperature=0.7),
+                     SamplerSettings(temperature=0, repetition_penalty=1.3)):  # fmt: skip
+        assert not build_chain(settings, 4, [2]).plain_greedy
+    assert measure.greedy_measured(torch.zeros(2, 9), 3, torch.tensor([True, True])) is None
+
+
+@pytest.mark.parametrize("kind", ["float32", "int4"])
+def test_a_greedy_sessions_records_are_the_same_whole_or_through_the_chain(kind, monkeypatch):
+    from test_quant import quant_sized
+
+    from engine.quant.apply import quantize_model
+
+    model = quant_sized("qwen2")
+    if kind == "int4":
+        quantize_model(model, kind)
+    settings = SamplerSettings(temperature=0, max_new_tokens=10, min_new_tokens=10)
+
+    def run() -> list:
+        session = GenerationSession(model, [5, 17, 33], settings, eos_token_ids=[], top_n=20,
+                                    fast=True)  # fmt: skip
+        steps = list(session.stream(5))
+        session.force_next(9)  # a forced token goes through the chain
+        return steps + list(session.stream(5))
+
+    calls = []
+    real = measure.greedy_measured
+    monkeypatch.setattr("engine.decode.session.greedy_measured",
+                        lambda *a: calls.append(1) or real(*a))  # fmt: skip
+    whole = run()
+    assert len(calls) == 9  # every step but the forced one
+    monkeypatch.setattr(GenerationSession, "whole_greedy", False)
+    chained = run()
+    assert len(calls) == 9
+    for a, b in zip(whole, chained, strict=True):
+        assert a.token_id == b.token_id and a.candidates == b.candidates
+        assert (a.prob, a.raw_prob, a.rank, a.survivors) == (b.prob, b.raw_prob, b.rank,
+                                                              b.survivors)  # fmt: skip
+        assert (a.entropy, a.entropy_raw, a.source, a.forced) == (b.entropy, b.entropy_raw,
+                                                                  b.source, b.forced)  # fmt: skip

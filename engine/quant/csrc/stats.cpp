@@ -72,10 +72,19 @@ std::vector<Entry> top_of(const float* raw, int64_t v, int64_t n) {
 
 struct RowIn {
   const float* x;      // raw logits [v]
-  const float* p;      // probabilities after the chain [v]
+  const float* p;      // probabilities after the chain [v]; nullptr: temperature 0's (below)
   const int16_t* cut;  // stage that cut each token [v], or nullptr
   int64_t v, n, token;
   std::optional<bool> finite;  // given by the caller, else read from x
+
+  // A greedy chain (temperature 0 alone) over finite logits leaves the one-hot distribution
+  // at the token and cuts every other token at its stage 0: p and cut without the arrays
+  bool greedy() const { return p == nullptr; }
+  float prob(int64_t j) const { return greedy() ? (j == token ? 1.f : 0.f) : p[j]; }
+  double cut_at(int64_t j) const {
+    if (greedy()) return j == token ? -1.0 : 0.0;
+    return cut != nullptr ? cut[j] : -1.0;
+  }
 };
 
 // Sums run in float32 within blocks of this many tokens (vector lanes), in float64 across
@@ -165,7 +174,9 @@ void one_row(const RowIn& in, std::vector<float>& raw, double* out) {
   const double h_raw = raw_softmax(in, raw.data(), inv, finite);
   const bool broken = h_raw != h_raw;  // NaN or +inf in x: torch gives NaNs, and so do we
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const double h = processed_entropy(in.p, in.v, survivors);
+  double h = 0.0;  // one-hot: -(1 ln 1) = 0
+  if (in.greedy()) survivors = 1;
+  else h = processed_entropy(in.p, in.v, survivors);
   const float chosen = broken ? 0.f : raw[in.token] * inv;
   int64_t above = 0;
   if (!broken) {
@@ -178,7 +189,7 @@ void one_row(const RowIn& in, std::vector<float>& raw, double* out) {
   }
   out[0] = static_cast<double>(in.token);
   out[1] = broken ? nan : chosen;
-  out[2] = in.p[in.token];
+  out[2] = in.prob(in.token);
   out[3] = static_cast<double>(above + 1);
   out[4] = static_cast<double>(survivors);
   out[5] = broken ? nan : bits(h_raw);
@@ -191,8 +202,8 @@ void one_row(const RowIn& in, std::vector<float>& raw, double* out) {
     const int64_t id = broken ? i : top[i].second;  // no order without numbers: the first n
     block[i] = static_cast<double>(id);
     block[in.n + i] = broken ? nan : top[i].first;
-    block[2 * in.n + i] = in.p[id];
-    block[3 * in.n + i] = in.cut != nullptr ? in.cut[id] : -1.0;
+    block[2 * in.n + i] = in.prob(id);
+    block[3 * in.n + i] = in.cut_at(id);
   }
 }
 
@@ -247,6 +258,30 @@ at::Tensor step_stats(const at::Tensor& logits, const at::Tensor& probs,
       one_row(in, raw, op + r * (kScalars + 4 * n));
     }
   });
+  return out;
+}
+
+int64_t first_max_row(const float* x, int64_t v);
+
+// A greedy step whole, for finite logits [rows, vocab] float32 (engine.decode.measure's
+// greedy_measured: what temperature 0's chain, its softmax, the pick and step_stats give, in
+// one op): each row's token is its first maximum, its probabilities one-hot there, every
+// other token cut by stage 0; finite: [rows] bool, the source's own logits' (copied to the
+// row) -> [rows, 8 + 4 n] float64 as step_stats packs it
+at::Tensor greedy_stats(const at::Tensor& logits, int64_t n, const at::Tensor& finite) {
+  check_scores(logits, "logits");
+  const int64_t rows = logits.size(0), v = logits.size(1);
+  TORCH_CHECK(n >= 0 && n <= v && v > 0, "top ", n, " of a vocabulary of ", v);
+  const at::Tensor fin = finite.contiguous();
+  TORCH_CHECK(fin.scalar_type() == at::kBool && fin.numel() == rows && fin.device().is_cpu(),
+              "finite must be one bool a row");
+  at::Tensor out = at::empty({rows, kScalars + 4 * n}, logits.options().dtype(at::kDouble));
+  thread_local std::vector<float> raw;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits.data_ptr<float>() + r * v;
+    RowIn in{x, nullptr, nullptr, v, n, first_max_row(x, v), fin.data_ptr<bool>()[r]};
+    one_row(in, raw, out.data_ptr<double>() + r * (kScalars + 4 * n));
+  }
   return out;
 }
 
@@ -391,6 +426,7 @@ TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {
   m.impl("keep_first_max", &keep_first_max);
   m.impl("one_hot_probs", &one_hot_probs);
   m.impl("step_stats", &step_stats);
+  m.impl("greedy_stats", &greedy_stats);
   m.impl("all_finite", &all_finite);
   m.impl("stage_cut", &stage_cut);
 }
