@@ -130,7 +130,9 @@ def greedy_measured(logits: torch.Tensor, top_n: int, finite: torch.Tensor) -> M
     the stage-0 cuts and ``measure``'s numbers, in one op of the lab's (csrc/stats.cpp's
     greedy_stats) where the chain, its softmax, the pick and the record's passes take a dozen
     operations and ~0.3 ms a SmolLM2 token just after a forward pass; ``finite``: the source's
-    own logits' flag. None where the op does not take the logits (then the chain runs).
+    own logits' flag. The logits must be finite (``finite_rows`` makes them so: a token at
+    -inf would count as cut where the chain leaves it uncut). None where the op does not take
+    the logits (then the chain runs).
     ``tests/engine/test_greedy_ops.py`` holds it to the chain's own records."""
     from engine.quant import native
 

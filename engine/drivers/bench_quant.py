@@ -121,7 +121,7 @@ def _rows(
         share = decode * need / copy_bw
         one = quickest[kind]
         products = "     ?" if floor is None or one is None else (
-            f"{floor * 1e3:6.1f} ms (best single pass {one * 1e3:.1f})")  # fmt: skip
+            f"{floor * 1e3:6.1f} ms (best single pass {one * 1e3:.1f} ms)")  # fmt: skip
         say(f"   {title} {kind:<8} {whole:6.1f} tok/s {whole / base[0]:5.2f}x fp32 | decode alone "
             f"{decode:6.1f} tok/s {decode / base[1]:5.2f}x | weights/token {need / 1e6:6.1f} MB "
             f"{decode * need / 1e9:5.1f} GB/s = {share:.2f} of copy | decode token "

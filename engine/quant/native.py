@@ -1,7 +1,8 @@
 """The lab's own CPU kernels: the int8 / int4 products (``csrc/matvec.cpp``), one token's
-layer in one call (``csrc/layer.cpp``, ``csrc/step.cpp``) and a step's passes over the
-vocabulary (``csrc/stats.cpp``). Built on the machine that runs them, used where they are
-built and the products agree with a reference; PyTorch's kernels and operations otherwise.
+step in one call (``csrc/layer.cpp``, ``csrc/step.cpp``'s Decoder) and a step's passes over
+the vocabulary (``csrc/stats.cpp``: the record's numbers, a stage's cuts, a greedy step).
+Built on the machine that runs them, used where they are built and the products agree with
+a reference; PyTorch's kernels and operations otherwise.
 
 Why they exist: PyTorch's weight-only kernels are bound by their arithmetic on a 2-core CPU
 (``_weight_int8pack_mm`` about 5 G weights a second a core, the int4 one 12), so a
@@ -43,8 +44,8 @@ import engine.step.kernels  # defines the ops' schemas this library implements
 from engine.models.device import cpu_flags, switched_off
 
 SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
-# the products; a layer's small steps; a whole layer for one token; a step record's numbers
-# (engine.decode.measure) and a sampler stage's cuts (engine.sampling.chain)
+# the products; a layer's small steps; a whole token's step; a step record's numbers
+# (engine.decode.measure), a sampler stage's cuts (engine.sampling.chain), a greedy step's
 SOURCES = tuple(SOURCE.with_name(f) for f in ("matvec.cpp", "layer.cpp", "step.cpp", "stats.cpp"))
 # integer dots; exp, log and bfloat16 rounding; what the files share
 HEADERS = tuple(SOURCE.with_name(f) for f in ("dots.h", "vmath.h", "lab.h"))

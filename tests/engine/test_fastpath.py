@@ -102,10 +102,17 @@ def test_cpu_kernel_falls_back_to_matmul_when_onednn_is_missing(monkeypatch):
     torch.testing.assert_close(fast.logits(PROMPT), ref.logits(PROMPT), atol=1e-4, rtol=1e-4)
 
 
-def test_matmul_only_forward_for_a_torch_without_onednn_agrees():
+@pytest.mark.parametrize("fused", ["1", "0"])
+def test_matmul_only_forward_for_a_torch_without_onednn_agrees(fused, monkeypatch):
+    """The step as a torch without oneDNN runs it: the prompt on the scripted step, the next
+    token on the lab's whole-token step where it is built (fused "1") or the scripted one."""
+    from engine.step import fastpath
+
+    monkeypatch.setattr(fastpath, "onednn_supports", lambda _dtype: False)
+    monkeypatch.setenv("DECODING_LAB_FUSED", fused)
     model = tiny_llama()
     fast = LlamaFastStepper(model)
-    fast._args["onednn"] = fast.onednn = False  # the step as a torch without oneDNN runs it
+    assert not fast.onednn and not (fused == "0" and fast.fused)
     ref = ModelStepper(model, use_cache=False)
-    for seq in (PROMPT, PROMPT + [3]):
+    for seq in (PROMPT, PROMPT + [3], PROMPT + [3, 8]):
         torch.testing.assert_close(fast.logits(seq), ref.logits(seq), atol=1e-4, rtol=1e-4)

@@ -91,10 +91,11 @@ def test_a_quantised_step_runs_fused_and_gives_the_unfused_steps_numbers(family,
     """int8-aten: PyTorch's int8 layout, whose head is packed for oneDNN and runs apart."""
     if kind == "int8-aten":
         monkeypatch.setattr(native, "takes_int8", lambda *_: False)
-    model = quant_sized(family)
+    model = _unwindowed(quant_sized(family))
     quantize_model(model, kind.removesuffix("-aten"))
     fused = FastStepper(model)
     assert fused.fused and fused._head_apart == (kind == "int8-aten")
+    calls = _counting(fused)
     monkeypatch.setenv("DECODING_LAB_FUSED", "0")
     plain = FastStepper(model)
     assert not plain.fused
@@ -105,6 +106,7 @@ def test_a_quantised_step_runs_fused_and_gives_the_unfused_steps_numbers(family,
         seq.append(token)
         a, b = fused.logits(seq)[-1], plain.logits(seq)[-1]
         torch.testing.assert_close(a, b, atol=0.05, rtol=0.02)
+    assert len(calls) == 4  # every token after the prompt: the Decoder
     # the keys and values the fused layers wrote are the unfused layers' (their inputs differ
     # by the layers' roundings only)
     n = len(seq)
@@ -162,11 +164,33 @@ def test_the_fused_layer_op_is_its_pieces_bit_for_bit(kind, layout, monkeypatch)
         lab.decode_layer(x.repeat(2, 1), w, list(range(14)), *args)
 
 
+def _unwindowed(model):
+    """The tiny Mistral and Phi-3 slide a window of 8, shorter than PROMPT: past it a token
+    takes the masked step, not the Decoder. Without it every token here reaches the Decoder."""
+    if getattr(model.config, "sliding_window", None):
+        model.config.sliding_window = None
+    return model
+
+
+def _counting(stepper):
+    """Count the stepper's calls of its Decoder."""
+    real, calls = stepper._decoder, []
+
+    class Counted:
+        def step(self, *args):
+            calls.append(args[1])
+            return real.step(*args)
+
+    stepper._decoder = Counted()
+    return calls
+
+
 def _same_bits(model, monkeypatch, tokens=(3, 8, 41, 5, 17)):
     """The model's fused stepper and its unfused one: logits and cache, bit for bit, over a
     prompt (the step of several rows, both) and one token at a time (the Decoder)."""
     fused = FastStepper(model)
     assert fused.fused
+    calls = _counting(fused)
     with monkeypatch.context() as m:
         m.setenv("DECODING_LAB_FUSED", "0")
         plain = FastStepper(model)
@@ -179,6 +203,8 @@ def _same_bits(model, monkeypatch, tokens=(3, 8, 41, 5, 17)):
     n = len(seq)
     assert torch.equal(fused.cache.k[:, :, :n], plain.cache.k[:, :, :n])
     assert torch.equal(fused.cache.v[:, :, :n], plain.cache.v[:, :, :n])
+    window = getattr(model.config, "sliding_window", None) or n
+    assert calls == [p for p in range(len(PROMPT), n) if p < window]  # the Decoder's
     return fused
 
 
@@ -193,7 +219,7 @@ def test_a_float_step_runs_fused_and_gives_the_unfused_steps_bits(family, onednn
     transformers', which tests/engine/test_fastpath.py holds on SmolLM2.)"""
     if onednn == "0":
         monkeypatch.setattr(fastpath, "onednn_supports", lambda _dtype: False)
-    fused = _same_bits(quant_sized(family).to(dtype), monkeypatch)
+    fused = _same_bits(_unwindowed(quant_sized(family)).to(dtype), monkeypatch)
     assert fused.onednn == (onednn == "1")
 
 
@@ -214,6 +240,8 @@ def test_the_decoder_refuses_what_does_not_fit():
         stepper._decoder.step(model.config.vocab_size, 0, k_all, v_all, 1)
     with pytest.raises(RuntimeError, match="does not fit the cache"):
         stepper._decoder.step(3, k_all.shape[2], k_all, v_all, k_all.shape[2] + 1)
+    with pytest.raises(RuntimeError, match="does not fit the cache"):  # unwritten positions
+        stepper._decoder.step(3, 2, k_all, v_all, 5)
     with pytest.raises(RuntimeError, match="14 tensors a layer"):
         torch.classes.decoding_lab.Decoder([], [], [], [], False)
     flat = [t for layer in stepper.layers for t in (layer[s] for s in fastpath.FUSED_SLOTS)]

@@ -1,6 +1,6 @@
 // What the files of the lab's library share: the products (matvec.cpp) and one token's layer
-// steps (layer.cpp), called directly by step.cpp's decode_layer, not through the dispatcher;
-// and bfloat16 rounding in a form loops vectorise.
+// steps (layer.cpp), called directly by step.cpp's Decoder and decode_layer, not through the
+// dispatcher; and bfloat16 rounding in a form loops vectorise.
 
 #pragma once
 

@@ -1,5 +1,5 @@
-// The small steps of one decoder layer for one new token, fused (engine/step/forward.py's
-// fused_layer calls them; engine/quant/native.py builds this file with matvec.cpp).
+// The small steps of one decoder layer for one new token, fused (step.cpp's Decoder calls
+// them; engine/quant/native.py builds this file with matvec.cpp).
 //
 // Why: at one token a layer's matrix products are a few hundred microseconds, and the ~30
 // small operations around them (the RMS norms' casts and reductions, the rotary embedding's
@@ -237,7 +237,9 @@ void rotate_head(const bf16* x, const bf16* cos, const bf16* sin, int64_t d, int
 }
 
 // The same in float32: x * cos + rotate_half(x) * sin, each product rounded before the sum
-// as torch's separate operations round them (GCC would fuse a product into the addition)
+// as torch's separate operations round them (GCC would fuse a product into the addition;
+// the attribute keeps it from that, and tests/engine/test_fused_layer.py's float32 steps,
+// bit for bit the unfused one's, would show it if a compiler did)
 __attribute__((optimize("fp-contract=off"))) void rotate_head(const float* x, const float* cos,
                                                               const float* sin, int64_t d,
                                                               int64_t rot, float* out) {

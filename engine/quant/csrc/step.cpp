@@ -8,9 +8,10 @@
 // Three kinds of layer take it:
 //   quantised (int8 / int4 matrices): the lab's own steps (layer.cpp), the unfused step's
 //     numbers up to the order of a sum;
-//   bfloat16 and float32 (float matrices): torch's own operations in the unfused step's
-//     order (engine/step/forward.py's decoder_layer: its norm, SiLU, SDPA and additions) and
-//     layer.cpp's rotary and cache write (the unfused one's bits), so the same bits, and
+//   bfloat16 and float32 (float matrices): the unfused step's operations in its order
+//     (engine/step/forward.py's decoder_layer): torch's own mean (in the norm), SDPA and SiLU,
+//     and layer.cpp's passes for the rest of the norm, the additions, SiLU's product and the
+//     rotary with its cache write, each the unfused operation's bits; so the same bits, and
 //     transformers' greedy tokens with them.
 
 #include <ATen/ATen.h>
@@ -41,9 +42,10 @@ at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w) {
   return stack.back().toTensor();
 }
 
-// x [1, K] bfloat16 @ w.T (+ b): kernels.py's mm and forward.py's affine for the matrices a
-// fused layer holds: int8 / int4 in the lab's layouts or PyTorch's (a matrix whose shape
-// kept it there), or bfloat16 (oneDNN's packing, or plain)
+// x [1, K] @ w.T (+ b): kernels.py's mm and forward.py's affine for the matrices a fused
+// layer holds: int8 / int4 (x bfloat16) in the lab's layouts or PyTorch's (a matrix whose
+// shape kept it there), or float ones in x's dtype (bfloat16 packed for oneDNN, or plain;
+// float32 as the model holds it)
 at::Tensor affine(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s,
                   const at::Tensor& b, bool onednn) {
   TORCH_CHECK(s.numel() == 0 || !w.is_mkldnn(),
@@ -69,8 +71,8 @@ at::Tensor torch_attention(const at::Tensor& q, const at::Tensor& k_all, const a
                                           std::nullopt, 0.0, false, scale, gqa)[0];
 }
 
-// The order of the tensors decode_layer reads from a layer's list (fused_layer passes their
-// slots in it)
+// The order of the tensors a layer's step reads (engine.step.fastpath.FUSED_SLOTS names the
+// layer's slots in it; the Decoder holds each layer's tensors in it)
 enum Slot { kInW, kQkvW, kQkvS, kQkvB, kOW, kOS, kOB, kPfW, kUpW, kUpS, kUpB, kDownW,
             kDownS, kDownB, kSlots };
 
@@ -93,7 +95,7 @@ struct Residual {
   at::Tensor s, d;
 };
 
-// (x, norm(x)) from the residual terms: float matrices take torch's own norm (its bits), a
+// (x, norm(x)) from the residual terms: float matrices take the unfused norm's bits, a
 // quantised layer the lab's (the same numbers up to the order of a sum)
 std::tuple<at::Tensor, at::Tensor> add_norm(const Residual& r, const at::Tensor& w, double eps,
                                             bool exact) {
@@ -112,7 +114,7 @@ at::Tensor sum(const Residual& r) { return r.d.defined() ? lab::add(r.s, r.d) : 
 Residual layer_step(const Residual& in, const LayerIn& t, int64_t layer, const at::Tensor& pos,
                     const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_all,
                     at::Tensor& v_all, int64_t len, const Shape& m) {
-  const bool exact = t[kQkvS].numel() == 0;  // float matrices: torch's own steps
+  const bool exact = t[kQkvS].numel() == 0;  // float matrices: the unfused step's bits
   const at::Tensor& x0 = in.s;
   if (!exact || x0.scalar_type() != at::kFloat) lab::check_bf16(x0, "x");
   TORCH_CHECK(x0.dim() == 2 && x0.size(0) == 1 && x0.is_contiguous(),
@@ -199,8 +201,9 @@ struct Decoder : torch::CustomClassHolder {
   // empty one) returns the final norm's output [1, hidden], for the caller's head
   at::Tensor step(int64_t token, int64_t pos, at::Tensor k_all, at::Tensor v_all, int64_t len) {
     TORCH_CHECK(token >= 0 && token < embed.size(0), "token ", token, " is not in the vocabulary");
-    TORCH_CHECK(pos >= 0 && pos < len && len <= k_all.size(2), "position ", pos,
-                " does not fit the cache");
+    TORCH_CHECK(pos >= 0 && len == pos + 1 && len <= k_all.size(2), "position ", pos,
+                " with attention over ", len, " does not fit the cache (one new token: ",
+                "attention reads the positions up to it)");
     const auto longs = at::TensorOptions().dtype(at::kLong);
     const at::Tensor at_pos = at::full({1}, pos, longs);
     at::Tensor x = embed.index_select(0, at::full({1}, token, longs));
