@@ -44,9 +44,12 @@ import engine.step.kernels  # defines the ops' schemas this library implements
 from engine.models.device import cpu_flags, switched_off
 
 SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
-# the products; a layer's small steps; a whole token's step; a step record's numbers
+# the products; a layer's small steps; its attention; a whole token's step; a step record's numbers
 # (engine.decode.measure), a sampler stage's cuts (engine.sampling.chain), a greedy step's
-SOURCES = tuple(SOURCE.with_name(f) for f in ("matvec.cpp", "layer.cpp", "step.cpp", "stats.cpp"))
+SOURCES = tuple(
+    SOURCE.with_name(f)
+    for f in ("matvec.cpp", "layer.cpp", "attention.cpp", "step.cpp", "stats.cpp")
+)
 # integer dots; exp, log and bfloat16 rounding; what the files share
 HEADERS = tuple(SOURCE.with_name(f) for f in ("dots.h", "vmath.h", "lab.h"))
 SWITCH = "DECODING_LAB_NATIVE_KERNELS"

@@ -85,6 +85,25 @@ def test_one_query_attention_is_within_bfloat16s_rounding_of_the_exact_one(heads
     )
 
 
+@pytest.mark.parametrize("length", [31, 32, 33, 97])
+def test_attention_gives_the_same_numbers_on_any_number_of_threads(length):
+    """Its chunks of positions are fixed, so one thread or two combine the same partials in
+    the same order."""
+    g = torch.Generator().manual_seed(length)
+    q = torch.randn(9, 1, 64, generator=g).to(BF)
+    k_all = (torch.randn(2, 3, 128, 64, generator=g) * 2).to(BF)
+    v_all = torch.randn(2, 3, 128, 64, generator=g).to(BF)
+    threads = torch.get_num_threads()
+    try:
+        outs = []
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            outs.append(lab.decode_attention(q, k_all, v_all, 1, length, 0.125))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
 @pytest.mark.parametrize("kind", ["int8", "int4", "int8-aten"])
 def test_a_quantised_step_runs_fused_and_gives_the_unfused_steps_numbers(family, kind, monkeypatch):
