@@ -160,26 +160,26 @@ at::Tensor exact_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return out;
 }
 
-template <typename T>
-at::Tensor add_rows(const at::Tensor& x, const at::Tensor& a) {
+// op(x, a) elementwise in float32, stored in x's dtype (one rounding, as torch's)
+template <typename T, typename Op>
+at::Tensor zip_rows(const at::Tensor& x, const at::Tensor& a, Op op) {
   at::Tensor s = at::empty_like(x);
   const T* xp = x.data_ptr<T>();
   const T* ap = a.data_ptr<T>();
   T* sp = s.data_ptr<T>();
   for (int64_t j = 0; j < x.numel(); ++j)
-    sp[j] = Num<T>::store(static_cast<float>(xp[j]) + static_cast<float>(ap[j]));
+    sp[j] = Num<T>::store(op(static_cast<float>(xp[j]), static_cast<float>(ap[j])));
   return s;
 }
 
-template <typename T>
-at::Tensor mul_rows(const at::Tensor& x, const at::Tensor& a) {
-  at::Tensor s = at::empty_like(x);
-  const T* xp = x.data_ptr<T>();
-  const T* ap = a.data_ptr<T>();
-  T* sp = s.data_ptr<T>();
-  for (int64_t j = 0; j < x.numel(); ++j)
-    sp[j] = Num<T>::store(static_cast<float>(xp[j]) * static_cast<float>(ap[j]));
-  return s;
+template <typename Op>
+at::Tensor zip(const at::Tensor& x, const at::Tensor& a, Op op) {
+  check_float(x, x, "x");
+  check_float(a, x, "a");
+  TORCH_CHECK(x.sizes() == a.sizes(), "x and a differ in shape");
+  if (x.scalar_type() == at::kFloat) return zip_rows<float>(x, a, op);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "x must be bfloat16 or float32");
+  return zip_rows<bf16>(x, a, op);
 }
 
 }  // namespace
@@ -200,21 +200,11 @@ at::Tensor exact_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) 
 // x + a and x * a in x's dtype, torch's additions' and products' bits (float32 arithmetic,
 // one rounding)
 at::Tensor add(const at::Tensor& x, const at::Tensor& a) {
-  check_float(x, x, "x");
-  check_float(a, x, "a");
-  TORCH_CHECK(x.sizes() == a.sizes(), "x and a differ in shape");
-  if (x.scalar_type() == at::kFloat) return add_rows<float>(x, a);
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "x must be bfloat16 or float32");
-  return add_rows<bf16>(x, a);
+  return zip(x, a, [](float u, float v) { return u + v; });
 }
 
 at::Tensor mul(const at::Tensor& x, const at::Tensor& a) {
-  check_float(x, x, "x");
-  check_float(a, x, "a");
-  TORCH_CHECK(x.sizes() == a.sizes(), "x and a differ in shape");
-  if (x.scalar_type() == at::kFloat) return mul_rows<float>(x, a);
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "x must be bfloat16 or float32");
-  return mul_rows<bf16>(x, a);
+  return zip(x, a, [](float u, float v) { return u * v; });
 }
 
 }  // namespace lab
