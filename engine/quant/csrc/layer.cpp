@@ -34,7 +34,28 @@ using lab::check_bf16;
 using lab::round_bf16;
 using lab::to_bf16;
 
-// y = bf16(w * bf16(x * rsqrt(mean(x^2) + eps))), one row of h
+// A layer's element type: bfloat16 rounds each result, float32 keeps it
+template <typename T>
+struct Num;
+template <>
+struct Num<bf16> {
+  static float round(float v) { return round_bf16(v); }
+  static bf16 store(float v) { return to_bf16(v); }
+};
+template <>
+struct Num<float> {
+  static float round(float v) { return v; }
+  static float store(float v) { return v; }
+};
+
+// A norm's last step, one row of h: y = w * (x * r).to(T), r = rsqrt(mean(x^2) + eps)
+template <typename T>
+void scale_row(const T* x, const T* w, float r, int64_t h, T* y) {
+  for (int64_t j = 0; j < h; ++j)
+    y[j] = Num<T>::store(static_cast<float>(w[j]) * Num<T>::round(static_cast<float>(x[j]) * r));
+}
+
+// y = bf16(w * bf16(x * rsqrt(mean(x^2) + eps))), one row of h, the mean summed here
 void norm_row(const bf16* x, const bf16* w, int64_t h, double eps, bf16* y) {
   float sq = 0.f;
 #pragma omp simd reduction(+ : sq)
@@ -42,9 +63,7 @@ void norm_row(const bf16* x, const bf16* w, int64_t h, double eps, bf16* y) {
     const float v = static_cast<float>(x[j]);
     sq += v * v;
   }
-  const float r = 1.f / std::sqrt(sq / static_cast<float>(h) + static_cast<float>(eps));
-  for (int64_t j = 0; j < h; ++j)
-    y[j] = to_bf16(static_cast<float>(w[j]) * round_bf16(static_cast<float>(x[j]) * r));
+  scale_row(x, w, 1.f / std::sqrt(sq / static_cast<float>(h) + static_cast<float>(eps)), h, y);
 }
 
 }  // namespace
@@ -68,13 +87,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::T
                                                 const at::Tensor& w, double eps) {
   check_bf16(x, "x");
   check_bf16(a, "a");
-  TORCH_CHECK(x.sizes() == a.sizes(), "x and a differ in shape");
-  at::Tensor s = at::empty_like(x);
-  const bf16* xp = x.data_ptr<bf16>();
-  const bf16* ap = a.data_ptr<bf16>();
-  bf16* sp = s.data_ptr<bf16>();
-  for (int64_t j = 0; j < x.numel(); ++j)
-    sp[j] = to_bf16(static_cast<float>(xp[j]) + static_cast<float>(ap[j]));
+  const at::Tensor s = add(x, a);  // torch's bfloat16 addition's bits
   return {s, rms_norm(s, w, eps)};
 }
 
@@ -106,20 +119,6 @@ at::Tensor silu_mul(const at::Tensor& u) {
 
 namespace {
 
-// A float layer's element type: bfloat16 rounds each result, float32 keeps it
-template <typename T>
-struct Num;
-template <>
-struct Num<bf16> {
-  static float round(float v) { return round_bf16(v); }
-  static bf16 store(float v) { return to_bf16(v); }
-};
-template <>
-struct Num<float> {
-  static float round(float v) { return v; }
-  static float store(float v) { return v; }
-};
-
 void check_float(const at::Tensor& t, const at::Tensor& like, const char* name) {
   TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.is_contiguous() && t.device().is_cpu(),
               name, " must be a contiguous CPU tensor of x's dtype");
@@ -134,13 +133,8 @@ void finish_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& mea
   const T* wp = w.data_ptr<T>();
   T* op = out.data_ptr<T>();
   const float* mp = mean.data_ptr<float>();
-  for (int64_t i = 0; i < rows; ++i) {
-    // mean + eps in float32 and rsqrt as 1 / sqrt: torch's CPU kernels for one element
-    const float r = 1.f / std::sqrt(mp[i] + static_cast<float>(eps));
-    for (int64_t j = 0; j < h; ++j)
-      op[i * h + j] = Num<T>::store(static_cast<float>(wp[j]) *
-                                    Num<T>::round(static_cast<float>(xp[i * h + j]) * r));
-  }
+  for (int64_t i = 0; i < rows; ++i)  // mean + eps in float32, rsqrt as 1 / sqrt: torch's
+    scale_row(xp + i * h, wp, 1.f / std::sqrt(mp[i] + static_cast<float>(eps)), h, op + i * h);
 }
 
 template <typename T>
