@@ -242,6 +242,16 @@ def test_a_float_step_runs_fused_and_gives_the_unfused_steps_bits(family, onednn
     assert fused.onednn == (onednn == "1")
 
 
+@pytest.mark.parametrize("dtype", [BF, torch.float32])
+def test_the_decoders_rotary_tables_are_the_unfused_steps_past_a_block(dtype, monkeypatch):
+    """The Decoder makes its rotary tables a block of positions at a time (64) where the
+    unfused step makes one row a token: the same bits at every position, across the first
+    block's end and into the second's (phi3: a partial rotary)."""
+    tokens = [(7 * i + 3) % 50 for i in range(62)]  # positions 10-71
+    for family in ("llama", "phi3"):
+        _same_bits(_unwindowed(quant_sized(family)).to(dtype), monkeypatch, tokens=tokens)
+
+
 def test_a_sliding_window_past_its_length_runs_the_masked_step(monkeypatch):
     """Mistral's window, shorter than the run: the tokens past it take the unfused step's
     masked attention, the same bits as before."""

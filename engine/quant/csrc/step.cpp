@@ -168,8 +168,13 @@ constexpr int64_t kInOrder[kSlots] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 
 // the tensors the step holds, shared, not copied): engine/step/forward.py's forward for one
 // id at one position with keep = 1, in its operations' order, so its bits
 struct Decoder : torch::CustomClassHolder {
+  // the rotary tables are made this many positions at a time, by the unfused step's own
+  // operations on the block's positions: each row its bits (a test runs past a block)
+  static constexpr int64_t kRopeRows = 64;
+
   std::vector<at::Tensor> layers;  // kSlots a layer, in Slot's order
-  at::Tensor embed, final_w, head, head_s, inv_freq, none;
+  at::Tensor embed, final_w, head, head_s, inv_freq, none, at_pos;
+  std::vector<at::Tensor> cos_rows, sin_rows;  // [kRopeRows, rot] blocks, in x's dtype
   Shape shape;
   double rope_scale;
 
@@ -194,6 +199,22 @@ struct Decoder : torch::CustomClassHolder {
     shape = Shape{ints[1], ints[2], ints[0], floats[1], floats[2], onednn};
     rope_scale = floats[0];
     none = at::empty({0}, embed.options());
+    at_pos = at::zeros({1}, embed.options().dtype(at::kLong));
+  }
+
+  // forward.py's rotary tables at `pos` ([1, rot] views), made a block at a time
+  std::pair<at::Tensor, at::Tensor> rotary(int64_t pos) {
+    const int64_t block = pos / kRopeRows;
+    while (static_cast<int64_t>(cos_rows.size()) <= block) {
+      const int64_t first = static_cast<int64_t>(cos_rows.size()) * kRopeRows;
+      const at::Tensor at = at::arange(first, first + kRopeRows, at_pos.options());
+      const at::Tensor freqs = at::outer(at.to(at::kFloat), inv_freq);
+      const at::Tensor emb = at::cat({freqs, freqs}, -1);
+      cos_rows.push_back((emb.cos() * rope_scale).to(embed.scalar_type()));
+      sin_rows.push_back((emb.sin() * rope_scale).to(embed.scalar_type()));
+    }
+    const int64_t row = pos % kRopeRows;
+    return {cos_rows[block].narrow(0, row, 1), sin_rows[block].narrow(0, row, 1)};
   }
 
   // logits [1, vocab] float32 of `token` at position `pos`; its keys and values written into
@@ -204,20 +225,18 @@ struct Decoder : torch::CustomClassHolder {
     TORCH_CHECK(pos >= 0 && len == pos + 1 && len <= k_all.size(2), "position ", pos,
                 " with attention over ", len, " does not fit the cache (one new token: ",
                 "attention reads the positions up to it)");
-    const auto longs = at::TensorOptions().dtype(at::kLong);
-    const at::Tensor at_pos = at::full({1}, pos, longs);
-    at::Tensor x = embed.index_select(0, at::full({1}, token, longs));
-    const at::Tensor freqs = at::outer(at_pos.to(at::kFloat), inv_freq);
-    const at::Tensor emb = at::cat({freqs, freqs}, -1);
-    const at::Tensor cos = (emb.cos() * rope_scale).to(x.scalar_type());
-    const at::Tensor sin = (emb.sin() * rope_scale).to(x.scalar_type());
+    at_pos.data_ptr<int64_t>()[0] = pos;
+    const auto [cos, sin] = rotary(pos);
     const int64_t n = static_cast<int64_t>(layers.size()) / kSlots;
-    Residual r{x, {}};
+    Residual r{embed.narrow(0, token, 1), {}};  // the token's row, read, never written
     for (int64_t i = 0; i < n; ++i) {
       const LayerIn t{at::TensorList(layers).slice(i * kSlots, kSlots), kInOrder};
       r = layer_step(r, t, i, at_pos, cos, sin, k_all, v_all, len, shape);
     }
-    x = lab::exact_rms_norm(sum(r), final_w, shape.eps);  // forward.py's final norm: torch's
+    // forward.py's final norm: torch's bits for float layers, the lab's (as a quantised
+    // layer's norms, the same numbers up to the order of a sum) after quantised ones
+    const bool exact = layers[kQkvS].numel() == 0;
+    const at::Tensor x = std::get<1>(add_norm(r, final_w, shape.eps, exact));
     if (head.numel() == 0) return x;
     return affine(x, head, head_s, none, shape.onednn).to(at::kFloat);
   }
