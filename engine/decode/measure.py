@@ -124,22 +124,30 @@ def native_columns(
     )  # fmt: skip
 
 
-def greedy_measured(logits: torch.Tensor, top_n: int, finite: torch.Tensor) -> Measured | None:
+def greedy_measured(
+    logits: torch.Tensor, top_n: int, finite: torch.Tensor | None = None
+) -> Measured | None:
     """A greedy step whole (temperature 0 alone: ``engine.sampling.chain.Chain.plain_greedy``)
-    from finite logits [1, vocab]: the token (the first maximum), its one-hot probabilities,
-    the stage-0 cuts and ``measure``'s numbers, in one op of the lab's (csrc/stats.cpp's
+    from logits [1, vocab]: the token (the first maximum), its one-hot probabilities, the
+    stage-0 cuts and ``measure``'s numbers, in one op of the lab's (csrc/greedy.cpp's
     greedy_stats) where the chain, its softmax, the pick and the record's passes take a dozen
-    operations and ~0.3 ms a SmolLM2 token just after a forward pass; ``finite``: the source's
-    own logits' flag. The logits must be finite (``finite_rows`` makes them so: a token at
-    -inf would count as cut where the chain leaves it uncut). None where the op does not take
-    the logits (then the chain runs).
-    ``tests/engine/test_greedy_ops.py`` holds it to the chain's own records."""
+    operations and ~0.3 ms a SmolLM2 token just after a forward pass. ``finite``: the source's
+    own logits' flag, for logits ``finite_rows`` made finite (a token at -inf would count as
+    cut where the chain leaves it uncut); None: the op reads it from these logits, and a
+    record whose ``finite`` is False is not the chain's (the caller takes the chain's way).
+    On a long vocabulary the op's passes run on every thread, each over the part of the
+    logits its share of the head's product wrote. None where the op does not take the logits
+    (then the chain runs). ``tests/engine/test_greedy_ops.py`` holds it to the chain's own
+    records."""
     from engine.quant import native
 
-    if logits.shape[0] != 1 or finite.dtype != torch.bool or not native.takes_rows(logits):
+    if logits.shape[0] != 1 or not native.takes_rows(logits):
+        return None
+    if finite is not None and finite.dtype != torch.bool:
         return None
     n = min(top_n, logits.shape[-1])
-    row = torch.ops.decoding_lab.greedy_stats(logits.contiguous(), n, finite.cpu())
+    flag = torch.empty(0, dtype=torch.bool) if finite is None else finite.cpu()
+    row = torch.ops.decoding_lab.greedy_stats(logits.contiguous(), n, flag)
     return unpack_row(row.tolist()[0], n, False)
 
 

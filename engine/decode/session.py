@@ -174,8 +174,16 @@ class GenerationSession(SessionBase):
 
     def _logits(self) -> StepLogits:
         """The logits source: the next position's logits from the local model."""
+        return self._checked(*self._model_logits())
+
+    def _model_logits(self) -> tuple[torch.Tensor, int]:
+        """The local model's logits for the next position [1, vocab], as it gives them, and
+        the positions it read for them."""
         fed = to_feed(self.stepper, self.ids)
-        logits = self.stepper.logits(self.ids)  # [1, vocab]
+        return self.stepper.logits(self.ids), fed
+
+    @staticmethod
+    def _checked(logits: torch.Tensor, fed: int) -> StepLogits:
         # A broken model gives NaN/inf: sample from something harmless, then refuse the step
         # once the flag arrives with the one copy (engine.decode.measure.finite_rows).
         logits, finite = finite_rows(logits)
@@ -203,12 +211,17 @@ class GenerationSession(SessionBase):
         if self.finished:
             raise RuntimeError("Generation has finished; branch or rewind to continue.")
         start = time.perf_counter()
-        source = self._logits()
         if self._forced is None and self.whole_greedy and self.sampler.plain_greedy:
-            m = greedy_measured(source.logits, self.top_n, source.finite)
-            if m is not None:
+            # the greedy step whole from the model's logits, their finiteness read in its
+            # first pass; logits with a NaN or an inf take the chain's way below
+            logits, fed = self._model_logits()
+            m = greedy_measured(logits, self.top_n)
+            if m is not None and m.finite:
                 elapsed = time.perf_counter() - start
-                return self._append(m, elapsed, "greedy", False, source.fed, NO_REPORT)
+                return self._append(m, elapsed, "greedy", False, fed, NO_REPORT)
+            source = self._checked(logits, fed)
+        else:
+            source = self._logits()
         ids = self._ids_tensor() if self.sampler.uses_ids else None
         # The step's generator is seeded before the chain: XTC draws from it, then the pick.
         self._generator.manual_seed(step_seed(self.seed, len(self.history)))

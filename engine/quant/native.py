@@ -1,6 +1,7 @@
 """The lab's own CPU kernels: the int8 / int4 products (``csrc/matvec.cpp``), one token's
 step in one call (``csrc/layer.cpp``, ``csrc/step.cpp``'s Decoder) and a step's passes over
-the vocabulary (``csrc/stats.cpp``: the record's numbers, a stage's cuts, a greedy step).
+the vocabulary (``csrc/stats.cpp``: the record's numbers, a stage's cuts; ``csrc/greedy.cpp``:
+a greedy step's).
 Built on the machine that runs them, used where they are built and the products agree with
 a reference; PyTorch's kernels and operations otherwise.
 
@@ -48,10 +49,10 @@ SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
 # (engine.decode.measure), a sampler stage's cuts (engine.sampling.chain), a greedy step's
 SOURCES = tuple(
     SOURCE.with_name(f)
-    for f in ("matvec.cpp", "layer.cpp", "attention.cpp", "step.cpp", "stats.cpp")
+    for f in ("matvec.cpp", "layer.cpp", "attention.cpp", "step.cpp", "stats.cpp", "greedy.cpp")
 )
 # integer dots; exp, log and bfloat16 rounding; what the files share
-HEADERS = tuple(SOURCE.with_name(f) for f in ("dots.h", "vmath.h", "lab.h"))
+HEADERS = tuple(SOURCE.with_name(f) for f in ("dots.h", "vmath.h", "lab.h", "stats.h"))
 SWITCH = "DECODING_LAB_NATIVE_KERNELS"
 # The CPU the build is for: this one by default; the tests build the AVX2 and plain C++ paths
 # too (haswell, x86-64) in a child process, whatever this machine has.

@@ -1,6 +1,6 @@
 """A greedy step's three passes over the vocabulary: temperature 0's scores (the first
 maximum kept), their probabilities, and the pick, each one op of the lab's on float32 CPU
-rows (``engine/quant/csrc/stats.cpp``) where torch takes several: max, full_like, gather and
+rows (``engine/quant/csrc/greedy.cpp``) where torch takes several: max, full_like, gather and
 scatter; a softmax; max again. On SmolLM2's 49,152 tokens, warm, 2-core Xeon: 28, 25 and 23
 us in torch, each a few in the op; more just after a forward pass has streamed the weights
 through the caches (resources/notes/quantized-weights.md, "Stop 46").

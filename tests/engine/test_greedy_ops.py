@@ -1,4 +1,4 @@
-"""A greedy step's passes (engine.sampling.greedy, the lab's ops in engine/quant/csrc/stats.cpp)
+"""A greedy step's passes (engine.sampling.greedy, the lab's ops in engine/quant/csrc/greedy.cpp)
 against torch's own operations: the first maximum (ties, NaN, rows of -inf), temperature 0's
 scores, and one-hot probabilities where softmax gives one-hot rows, torch's softmax where it
 does not; the whole greedy step in one op (measure.greedy_measured) against the chain, its
@@ -166,3 +166,40 @@ def test_a_greedy_sessions_records_are_the_same_whole_or_through_the_chain(kind,
                                                               b.survivors)  # fmt: skip
         assert (a.entropy, a.entropy_raw, a.source, a.forced) == (b.entropy, b.entropy_raw,
                                                                   b.source, b.forced)  # fmt: skip
+
+
+@pytest.mark.parametrize("vocab", [8192, 49157, 151936])
+def test_the_greedy_steps_passes_on_every_thread_are_one_threads(vocab):
+    """On a long vocabulary the greedy op's passes run on every thread, each over its own
+    blocks: the same record, bit for bit, as on one thread; ties at the top on either side
+    of the threads' split take the first; a row with a NaN or an inf, its flag read from the
+    logits (no ``finite`` given), says so."""
+    g = torch.Generator().manual_seed(vocab)
+    rows = [torch.randn(1, vocab, generator=g) * s for s in (0.5, 3.0, 12.0)]
+    rows.append(rows[0].clone())
+    rows[3][0, [vocab // 2 - 3, vocab // 2 + 5, vocab - 1]] = 30.0  # a tie across the split
+    rows.append(rows[1].clone())
+    rows[4][0, [vocab - 1, vocab - 2]] = 30.0  # a tie at the end
+    broken = [rows[0].clone() for _ in range(3)]
+    broken[0][0, vocab - 7] = NAN
+    broken[1][0, 3] = INF
+    broken[2][0, vocab // 2] = -INF  # finite? no: -inf is not finite either
+    threads = torch.get_num_threads()
+    try:
+        got = {}
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            got[n] = [repr(measure.greedy_measured(x, 20)) for x in rows + broken]
+            with_flag = [measure.greedy_measured(x, 20, torch.tensor([True])) for x in rows]
+            assert [repr(m) for m in with_flag] == got[n][: len(rows)]
+    finally:
+        torch.set_num_threads(threads)
+    assert got[1] == got[2] == got[3]
+    records = [measure.greedy_measured(x, 20) for x in rows + broken]
+    assert [m.finite for m in records] == [True] * len(rows) + [False] * len(broken)
+    assert records[3].token_id == vocab // 2 - 3 and records[4].token_id == vocab - 2
+    chain = build_chain(SamplerSettings(temperature=0), 4, [])
+    for x, m in zip(rows, records, strict=False):  # and the chain's own record
+        probs, cut = chain.probs(None, x)
+        token = chain.pick(probs[0], torch.Generator())
+        assert m == measure.measure(x, probs, token, 20, cut, torch.tensor([True]))[0]

@@ -25,35 +25,28 @@
 #include <utility>
 #include <vector>
 
+#include "stats.h"
 #include "vmath.h"
 
-namespace {
+namespace stats {
 
-constexpr int64_t kScalars = 8;  // measure.py's _SCALARS
-constexpr double kLn2 = 0.693147180559945309;
-constexpr float kInf = std::numeric_limits<float>::infinity();
-
-using Entry = std::pair<float, int64_t>;  // (raw probability, token id)
-
-// a before b in the top list: more probable, or as probable with the lower id
-inline bool before(const Entry& a, const Entry& b) {
-  return a.first > b.first || (a.first == b.first && a.second < b.second);
-}
-
-// The top n of raw[0, v) (no NaN in it), best first. A block of 16 is looked at one by one
-// only where its largest beats the n-th best so far: after the first few thousand tokens,
-// almost never.
+// The top n of raw[0, v) (no NaN in it), best first. A block is looked at one by one only
+// where one of its values beats the n-th best so far (a later token as probable does not):
+// after the first few thousand tokens, almost never.
 std::vector<Entry> top_of(const float* raw, int64_t v, int64_t n) {
   std::vector<Entry> heap;  // a min-heap by `before`: its front is the n-th best
   heap.reserve(n + 1);
   if (n == 0) return heap;
-  constexpr int64_t kBlock = 16;
+  constexpr int64_t kBlock = 64;
   for (int64_t j0 = 0; j0 < v; j0 += kBlock) {
     const int64_t j1 = std::min(v, j0 + kBlock);
-    float most = -kInf;
-#pragma omp simd reduction(max : most)
-    for (int64_t j = j0; j < j1; ++j) most = std::max(most, raw[j]);
-    if (static_cast<int64_t>(heap.size()) == n && most <= heap.front().first) continue;
+    if (static_cast<int64_t>(heap.size()) == n) {
+      const float least = heap.front().first;
+      int32_t beats = 0;
+#pragma omp simd reduction(+ : beats)
+      for (int64_t j = j0; j < j1; ++j) beats += raw[j] > least;
+      if (beats == 0) continue;
+    }
     for (int64_t j = j0; j < j1; ++j) {
       const Entry e{raw[j], j};
       if (static_cast<int64_t>(heap.size()) < n) {
@@ -70,35 +63,56 @@ std::vector<Entry> top_of(const float* raw, int64_t v, int64_t n) {
   return heap;
 }
 
-struct RowIn {
-  const float* x;      // raw logits [v]
-  const float* p;      // probabilities after the chain [v]; nullptr: temperature 0's (below)
-  const int16_t* cut;  // stage that cut each token [v], or nullptr
-  int64_t v, n, token;
-  std::optional<bool> finite;  // given by the caller, else read from x
-
-  // A greedy chain (temperature 0 alone) over finite logits leaves the one-hot distribution
-  // at the token and cuts every other token at its stage 0: p and cut without the arrays
-  bool greedy() const { return p == nullptr; }
-  float prob(int64_t j) const { return greedy() ? (j == token ? 1.f : 0.f) : p[j]; }
-  double cut_at(int64_t j) const {
-    if (greedy()) return j == token ? -1.0 : 0.0;
-    return cut != nullptr ? cut[j] : -1.0;
+Terms exp_block(const float* __restrict x, int64_t n, float top, float* __restrict raw) {
+  float t = 0.f, w = 0.f, check = 0.f;
+  int32_t ones = 0;
+#pragma omp simd reduction(+ : t, w, check, ones)
+  for (int64_t j = 0; j < n; ++j) {
+    const float d = x[j] - top;
+    const float e = vmath::exp(d);
+    raw[j] = e;
+    ones += d == 0.f;
+    t += d == 0.f ? 0.f : e;
+    w += e > 0.f ? e * d : 0.f;  // x = -inf: 0, not 0 (-inf)
+    check += x[j] * 0.f;
   }
-};
+  return Terms{t, w, check, ones};
+}
 
-// Sums run in float32 within blocks of this many tokens (vector lanes), in float64 across
-// them: 128 terms a lane at most, where one float32 lane over 151,936 tokens would hold 9,500
-constexpr int64_t kSum = 1024;
+// The largest of x[0, n) (a NaN passed over), and whether x holds no NaN and no inf
+float block_max(const float* __restrict x, int64_t n) {
+  float top = -kInf;
+#pragma omp simd reduction(max : top)
+  for (int64_t j = 0; j < n; ++j) top = x[j] > top ? x[j] : top;
+  return top;
+}
+
+bool block_clean(const float* __restrict x, int64_t n) {
+  float check = 0.f;  // x 0 is 0, or NaN for a NaN or an inf
+#pragma omp simd reduction(+ : check)
+  for (int64_t j = 0; j < n; ++j) check += x[j] * 0.f;
+  return check == 0.f;
+}
+
+// raw *= inv over n, and how many then exceed `chosen`
+int64_t scale_block(float* __restrict raw, int64_t n, float inv, float chosen) {
+  int64_t above = 0;
+#pragma omp simd reduction(+ : above)
+  for (int64_t j = 0; j < n; ++j) {
+    raw[j] *= inv;
+    above += raw[j] > chosen;
+  }
+  return above;
+}
+
+namespace {
 
 // e^(x - max x) into raw, and `inv` = 1 / their sum (raw times inv: the softmax of x, float32
 // as torch's log_softmax().exp()); returns the softmax's entropy in nats, or NaN where x holds
 // a NaN or +inf or nothing above -inf. `finite`: x holds no NaN or inf.
 double raw_softmax(const RowIn& in, float* raw, float& inv, bool& finite) {
   const float* x = in.x;
-  float top = -kInf;
-#pragma omp simd reduction(max : top)
-  for (int64_t j = 0; j < in.v; ++j) top = x[j] > top ? x[j] : top;  // NaN: passed over
+  const float top = block_max(x, in.v);  // NaN: passed over
   // the sum of e^(x - top) as (tokens at the top, each 1) + (the rest): a lane that held the
   // top's 1 would round away every term under 6e-8 beside it, and with them the entropy of a
   // confident row (4% of 1e-6 bits on a 300-token row with one logit 22 above the rest)
@@ -106,22 +120,11 @@ double raw_softmax(const RowIn& in, float* raw, float& inv, bool& finite) {
   int64_t at_top = 0;
   float check = 0.f;  // sum of x 0: NaN where x holds a NaN or an inf
   for (int64_t j0 = 0; j0 < in.v; j0 += kSum) {
-    const int64_t j1 = std::min(in.v, j0 + kSum);
-    float t = 0.f, w = 0.f;
-    int32_t ones = 0;
-#pragma omp simd reduction(+ : t, w, check, ones)
-    for (int64_t j = j0; j < j1; ++j) {
-      const float d = x[j] - top;
-      const float e = vmath::exp(d);
-      raw[j] = e;
-      ones += d == 0.f;
-      t += d == 0.f ? 0.f : e;
-      w += e > 0.f ? e * d : 0.f;  // x = -inf: 0, not 0 (-inf)
-      check += x[j] * 0.f;
-    }
-    rest += t;
-    weighted += w;
-    at_top += ones;
+    const Terms b = exp_block(x + j0, std::min(in.v, j0 + kSum) - j0, top, raw + j0);
+    rest += b.t;
+    weighted += b.w;
+    at_top += b.ones;
+    check += b.check;
   }
   finite = check == 0.f;
   const double total = static_cast<double>(at_top) + rest;
@@ -160,11 +163,7 @@ double processed_entropy(const float* p, int64_t v, int64_t& survivors) {
   return -sum;
 }
 
-// bits, as measure.py's entropy_bits gives them: float32, never -0.0 or below 0
-inline double bits(double nats) {
-  const float b = static_cast<float>(nats / kLn2);
-  return static_cast<double>((b < 0.f ? 0.f : b) + 0.f);
-}
+}  // namespace
 
 void one_row(const RowIn& in, std::vector<float>& raw, double* out) {
   raw.resize(in.v);
@@ -178,15 +177,7 @@ void one_row(const RowIn& in, std::vector<float>& raw, double* out) {
   if (in.greedy()) survivors = 1;
   else h = processed_entropy(in.p, in.v, survivors);
   const float chosen = broken ? 0.f : raw[in.token] * inv;
-  int64_t above = 0;
-  if (!broken) {
-    float* r = raw.data();
-#pragma omp simd reduction(+ : above)
-    for (int64_t j = 0; j < in.v; ++j) {
-      r[j] *= inv;
-      above += r[j] > chosen;
-    }
-  }
+  const int64_t above = broken ? 0 : scale_block(raw.data(), in.v, inv, chosen);
   out[0] = static_cast<double>(in.token);
   out[1] = broken ? nan : chosen;
   out[2] = in.prob(in.token);
@@ -217,6 +208,12 @@ void check_scores(const at::Tensor& t, const char* name) {
               " must be [rows, vocab] float32");
   check_rows(t, t, name);
 }
+
+}  // namespace stats
+
+namespace {
+
+using namespace stats;
 
 // logits, probs: [rows, vocab] float32; tokens: [rows] int64; n: top entries; cut: [rows,
 // vocab] int16 or empty; finite: [rows] bool or empty -> [rows, 8 + 4 n] float64
@@ -261,30 +258,6 @@ at::Tensor step_stats(const at::Tensor& logits, const at::Tensor& probs,
   return out;
 }
 
-int64_t first_max_row(const float* x, int64_t v);
-
-// A greedy step whole, for finite logits [rows, vocab] float32 (engine.decode.measure's
-// greedy_measured: what temperature 0's chain, its softmax, the pick and step_stats give, in
-// one op): each row's token is its first maximum, its probabilities one-hot there, every
-// other token cut by stage 0; finite: [rows] bool, the source's own logits' (copied to the
-// row) -> [rows, 8 + 4 n] float64 as step_stats packs it
-at::Tensor greedy_stats(const at::Tensor& logits, int64_t n, const at::Tensor& finite) {
-  check_scores(logits, "logits");
-  const int64_t rows = logits.size(0), v = logits.size(1);
-  TORCH_CHECK(n >= 0 && n <= v && v > 0, "top ", n, " of a vocabulary of ", v);
-  const at::Tensor fin = finite.contiguous();
-  TORCH_CHECK(fin.scalar_type() == at::kBool && fin.numel() == rows && fin.device().is_cpu(),
-              "finite must be one bool a row");
-  at::Tensor out = at::empty({rows, kScalars + 4 * n}, logits.options().dtype(at::kDouble));
-  thread_local std::vector<float> raw;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = logits.data_ptr<float>() + r * v;
-    RowIn in{x, nullptr, nullptr, v, n, first_max_row(x, v), fin.data_ptr<bool>()[r]};
-    one_row(in, raw, out.data_ptr<double>() + r * (kScalars + 4 * n));
-  }
-  return out;
-}
-
 // Which rows of x [rows, vocab] float32 hold no NaN and no inf -> [rows] bool (measure.py's
 // all_finite: one pass where abs, amax and isfinite take three)
 at::Tensor all_finite(const at::Tensor& x) {
@@ -293,11 +266,7 @@ at::Tensor all_finite(const at::Tensor& x) {
   at::Tensor out = at::empty({rows}, x.options().dtype(at::kBool));
   bool* op = out.data_ptr<bool>();
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x.data_ptr<float>() + r * v;
-    float check = 0.f;  // x 0 is 0, or NaN for a NaN or an inf
-#pragma omp simd reduction(+ : check)
-    for (int64_t j = 0; j < v; ++j) check += xr[j] * 0.f;
-    op[r] = check == 0.f;
+    op[r] = block_clean(x.data_ptr<float>() + r * v, v);
   }
   return out;
 }
@@ -337,96 +306,10 @@ at::Tensor stage_cut(const at::Tensor& before, const at::Tensor& after, at::Tens
   return emptied;
 }
 
-// The first j with hit(x[j]), -1 where none: blocks of 64 are looked into one by one only
-// where a vector pass finds a hit in them
-template <typename Hit>
-int64_t find_first(const float* x, int64_t v, Hit hit) {
-  constexpr int64_t kBlock = 64;
-  for (int64_t j0 = 0; j0 < v; j0 += kBlock) {
-    const int64_t j1 = std::min(v, j0 + kBlock);
-    int32_t hits = 0;
-#pragma omp simd reduction(+ : hits)
-    for (int64_t j = j0; j < j1; ++j) hits += hit(x[j]);
-    if (hits == 0) continue;
-    for (int64_t j = j0; j < j1; ++j)
-      if (hit(x[j])) return j;
-  }
-  return -1;
-}
-
-// The index of a row's first maximum, as torch.max(dim=-1) gives it: a NaN is the maximum
-// (the first NaN), a row of -inf gives 0. Separate passes for the maximum and the NaNs: one
-// pass doing both does not vectorise (25 us on 49,152 tokens where these take 8)
-int64_t first_max_row(const float* x, int64_t v) {
-  float top = -kInf;
-#pragma omp simd reduction(max : top)
-  for (int64_t j = 0; j < v; ++j) top = x[j] > top ? x[j] : top;  // NaN: passed over
-  int32_t nans = 0;
-#pragma omp simd reduction(+ : nans)
-  for (int64_t j = 0; j < v; ++j) nans += x[j] != x[j];
-  const int64_t at = nans > 0 ? find_first(x, v, [](float a) { return a != a; })
-                              : find_first(x, v, [top](float a) { return a == top; });
-  return at < 0 ? 0 : at;
-}
-
-// [rows, vocab] float32 -> [rows] int64: each row's first maximum (sampling.chain's greedy pick)
-at::Tensor first_max(const at::Tensor& x) {
-  check_scores(x, "x");
-  const int64_t rows = x.size(0), v = x.size(1);
-  TORCH_CHECK(v > 0, "an empty vocabulary");
-  at::Tensor out = at::empty({rows}, x.options().dtype(at::kLong));
-  for (int64_t r = 0; r < rows; ++r)
-    out.data_ptr<int64_t>()[r] = first_max_row(x.data_ptr<float>() + r * v, v);
-  return out;
-}
-
-// Temperature 0's scores: each row's first maximum kept, every other score -inf (torch's
-// full_like(-inf).scatter_(first, gather(first)) in one op)
-at::Tensor keep_first_max(const at::Tensor& x) {
-  check_scores(x, "x");
-  const int64_t rows = x.size(0), v = x.size(1);
-  TORCH_CHECK(v > 0, "an empty vocabulary");
-  at::Tensor out = at::empty_like(x);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x.data_ptr<float>() + r * v;
-    float* o = out.data_ptr<float>() + r * v;
-    const int64_t at = first_max_row(xr, v);
-    std::fill(o, o + v, -kInf);
-    o[at] = xr[at];
-  }
-  return out;
-}
-
-// The softmax of rows that each keep one finite score (every other -inf): one-hot, as
-// torch's softmax gives them (e^0 / 1 and e^-inf = 0) without its exponentials. Any other
-// row (two scores left, a NaN, +inf, nothing left): an empty tensor, for the caller's softmax
-at::Tensor one_hot_probs(const at::Tensor& x) {
-  check_scores(x, "x");
-  const int64_t rows = x.size(0), v = x.size(1);
-  TORCH_CHECK(v < (int64_t{1} << 31), "a vocabulary of ", v, " tokens");
-  std::vector<int64_t> at(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x.data_ptr<float>() + r * v;
-    int32_t left = 0;
-#pragma omp simd reduction(+ : left)
-    for (int64_t j = 0; j < v; ++j) left += xr[j] != -kInf;
-    if (left != 1) return at::empty({0}, x.options());
-    at[r] = find_first(xr, v, [](float a) { return a != -kInf; });
-    if (!std::isfinite(xr[at[r]])) return at::empty({0}, x.options());
-  }
-  at::Tensor out = at::zeros_like(x);
-  for (int64_t r = 0; r < rows; ++r) out.data_ptr<float>()[r * v + at[r]] = 1.f;
-  return out;
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {
-  m.impl("first_max", &first_max);
-  m.impl("keep_first_max", &keep_first_max);
-  m.impl("one_hot_probs", &one_hot_probs);
   m.impl("step_stats", &step_stats);
-  m.impl("greedy_stats", &greedy_stats);
   m.impl("all_finite", &all_finite);
   m.impl("stage_cut", &stage_cut);
 }
