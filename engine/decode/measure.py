@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.quant import native
 from engine.sampling.sampler import PenaltyTrace
 
 LN2 = math.log(2.0)
@@ -110,8 +111,6 @@ def native_columns(
     then). The numbers agree with ``step_columns``' to float32's rounding (another exp and
     order of sums); top-N ties go to the lower id. ``tests/engine/test_step_stats.py`` holds
     the two to each other."""
-    from engine.quant import native
-
     usual = probs.shape == logits.shape and (cut is None or cut.dtype == torch.int16)
     if not usual or (finite is not None and finite.dtype != torch.bool):
         return None
@@ -122,6 +121,9 @@ def native_columns(
         logits.contiguous(), probs.contiguous(), tokens.reshape(-1).to(torch.long), n,
         none if cut is None else cut.contiguous(), none if finite is None else finite.cpu(),
     )  # fmt: skip
+
+
+_READ_FROM_LOGITS = torch.empty(0, dtype=torch.bool)  # greedy_stats' finite: not given
 
 
 def greedy_measured(
@@ -139,14 +141,12 @@ def greedy_measured(
     logits its share of the head's product wrote. None where the op does not take the logits
     (then the chain runs). ``tests/engine/test_greedy_ops.py`` holds it to the chain's own
     records."""
-    from engine.quant import native
-
     if logits.shape[0] != 1 or not native.takes_rows(logits):
         return None
     if finite is not None and finite.dtype != torch.bool:
         return None
     n = min(top_n, logits.shape[-1])
-    flag = torch.empty(0, dtype=torch.bool) if finite is None else finite.cpu()
+    flag = _READ_FROM_LOGITS if finite is None else finite.cpu()
     row = torch.ops.decoding_lab.greedy_stats(logits.contiguous(), n, flag)
     return unpack_row(row.tolist()[0], n, False)
 
@@ -195,8 +195,6 @@ def all_finite(logits: torch.Tensor) -> torch.Tensor:
     read from the largest |logit| (a NaN propagates through amax): one vector reduction where
     isfinite and all take 180 us on a 151,936-token CPU row (the lab's CPU op, where it is
     built, one pass: 46 -> ~5 us on SmolLM2's 49,152)."""
-    from engine.quant import native
-
     if native.takes_rows(logits):
         return torch.ops.decoding_lab.all_finite(logits.contiguous())
     return torch.isfinite(logits.abs().amax(dim=-1))

@@ -169,7 +169,8 @@ class GenerationSession(SessionBase):
 
     def _advance(self, room: int) -> Iterator[Record]:
         total = to_feed(self.stepper, self.ids)
-        yield from self.clock.read(catch_up(self.stepper, self.ids), total)
+        if total > 1:  # a prompt or a catch-up: read in chunks before the token
+            yield from self.clock.read(catch_up(self.stepper, self.ids), total)
         yield self.step()
 
     def _logits(self) -> StepLogits:

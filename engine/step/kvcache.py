@@ -34,7 +34,9 @@ def returned_cache(out: Any) -> Any:
 def common_prefix(cached: Sequence[int], ids: Sequence[int]) -> int:
     """How many leading ids two sequences share (the cache positions that can be kept)."""
     n = len(cached)
-    if list(ids[:n]) == list(cached):  # the usual case: the sequence only grew
+    head, known = ids[:n], cached  # compared as lists, copied only where they are not
+    head = head if isinstance(head, list) else list(head)
+    if head == (known if isinstance(known, list) else list(known)):  # usual: the ids grew
         return n
     for i, (a, b) in enumerate(zip(cached, ids, strict=False)):
         if a != b:
