@@ -51,9 +51,12 @@ void check_x(const at::Tensor& x, int64_t k, int64_t multiple) {
               " columns; the weights take ", k, " (a multiple of ", multiple, ")");
 }
 
-std::vector<QuantRow> quantise_rows(const at::Tensor& x) {
+// x's rows quantised, in this thread's buffers (reused from call to call: a token's ~120
+// products allocated and freed four vectors each)
+const std::vector<QuantRow>& quantise_rows(const at::Tensor& x) {
   const int64_t m = x.size(0), k = x.size(1);
-  std::vector<QuantRow> rows(m);
+  thread_local std::vector<QuantRow> rows;
+  rows.resize(m);
   const auto* xp = x.data_ptr<c10::BFloat16>();
   for (int64_t i = 0; i < m; ++i) quantise_row(xp + i * k, k, rows[i]);
   return rows;
@@ -129,7 +132,7 @@ at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
     }, head ? at::kFloat : at::kBFloat16);
     return y;
   }
-  const std::vector<QuantRow> rows = quantise_rows(x);
+  const std::vector<QuantRow>& rows = quantise_rows(x);
   if (head) {
     at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
     int8_rows(wp, scale, rows, n, k, out.data_ptr<float>());
@@ -194,9 +197,10 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
     });
   at::Tensor out = at::empty({m, n}, x.options());
   auto* op = out.data_ptr<c10::BFloat16>();
-  const std::vector<QuantRow> rows = quantise_rows(x);
+  const std::vector<QuantRow>& rows = quantise_rows(x);
   at::parallel_for(0, n, 16, [&](int64_t a, int64_t b) {
-    std::vector<float> fac(4 * groups);
+    thread_local std::vector<float> fac;  // grown once a thread
+    fac.resize(4 * groups);
     float dots[4], offsets[4];
     for (int64_t r = a; r < b;) {
       const int step = b - r >= 4 ? 4 : 1;
