@@ -107,7 +107,8 @@ namespace lab {
 // [H, 1, D]; head h reads kv head h / (H / KV); scores, softmax and sums in float32, in
 // fixed chunks of positions (attend_chunk) whose partial softmaxes are then combined in order
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
-                            const at::Tensor& v_all, int64_t layer, int64_t len, double scale) {
+                            const at::Tensor& v_all, int64_t layer, int64_t len, double scale,
+                            at::Tensor* slot) {
   check_bf16(k_all, "k_all");
   check_bf16(v_all, "v_all");
   const at::Tensor qc = q.contiguous();
@@ -118,7 +119,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
   TORCH_CHECK(v_all.sizes() == k_all.sizes(), "k_all and v_all differ in shape");
   TORCH_CHECK(layer >= 0 && layer < k_all.size(0), "layer ", layer, " is not in the cache");
   TORCH_CHECK(kv > 0 && heads % kv == 0 && len > 0 && len <= cap, "heads or length do not fit");
-  at::Tensor out = at::empty_like(qc);
+  at::Tensor out = out_of(slot, qc.sizes(), qc.options());
   const bf16* qp = qc.data_ptr<bf16>();
   const bf16* kp = k_all.data_ptr<bf16>();
   const bf16* vp = v_all.data_ptr<bf16>();
@@ -127,18 +128,23 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
   const GroupArgs args{qp, kp, vp, layer, kv, cap, d, len, rep, static_cast<float>(scale)};
   // each unit's partials (top, total, acc for each query head), then each head's in order
   const int64_t chunks = (len + kChunk - 1) / kChunk, width = rep * (d + 2);
-  std::vector<float> part(kv * chunks * width);
+  // in the calling thread's buffer, grown once (a thread_local named inside the threads'
+  // lambda would be each thread's own: they are given its data)
+  thread_local std::vector<float> parts;
+  parts.resize(kv * chunks * width);
+  float* const part = parts.data();
   at::parallel_for(0, kv * chunks, 1, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t g = u / chunks, t0 = (u % chunks) * kChunk;
       const int64_t t1 = std::min(len, t0 + kChunk);
-      float* p = part.data() + u * width;
+      float* p = part + u * width;
       if (d == 64) attend_chunk<64>(args, g, t0, t1, p, p + rep, p + 2 * rep);
       else if (d == 128) attend_chunk<128>(args, g, t0, t1, p, p + rep, p + 2 * rep);
       else attend_chunk<0>(args, g, t0, t1, p, p + rep, p + 2 * rep);
     }
   });
-  std::vector<float> acc(d);
+  thread_local std::vector<float> acc;
+  acc.resize(d);
   for (int64_t g = 0; g < kv; ++g)
     for (int64_t r = 0; r < rep; ++r) {
       float most = -INFINITY;
@@ -147,7 +153,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
       float total = 0.f;
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t c = 0; c < chunks; ++c) {
-        const float* p = part.data() + (g * chunks + c) * width;
+        const float* p = part + (g * chunks + c) * width;
         const float w = vmath::exp(p[r] - most);  // the chunk's partials, rescaled
         total += w * p[rep + r];
         const float* pa = p + 2 * rep + r * d;
@@ -162,4 +168,10 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
 
 }  // namespace lab
 
-TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) { m.impl("decode_attention", &lab::decode_attention); }
+TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {  // the op: a new tensor each call
+  m.impl("decode_attention", [](const at::Tensor& q, const at::Tensor& k_all,
+                                const at::Tensor& v_all, int64_t layer, int64_t len,
+                                double scale) {
+    return lab::decode_attention(q, k_all, v_all, layer, len, scale);
+  });
+}

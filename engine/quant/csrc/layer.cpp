@@ -70,12 +70,12 @@ void norm_row(const bf16* x, const bf16* w, int64_t h, double eps, bf16* y) {
 
 namespace lab {
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor* slot) {
   check_bf16(x, "x");
   check_bf16(w, "w");
   const int64_t h = x.size(-1), rows = x.numel() / std::max<int64_t>(h, 1);
   TORCH_CHECK(w.numel() == h, "the norm's weight has ", w.numel(), " values for ", h);
-  at::Tensor y = at::empty_like(x);
+  at::Tensor y = out_of(slot, x.sizes(), x.options());
   for (int64_t i = 0; i < rows; ++i)
     norm_row(x.data_ptr<bf16>() + i * h, w.data_ptr<bf16>(), h, eps, y.data_ptr<bf16>() + i * h);
   return y;
@@ -83,21 +83,23 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 
 
 // (s, norm(s)) with s = bf16(x + a): a residual addition and the next norm
+// (slots: the sum's, then the norm's)
 std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& a,
-                                                const at::Tensor& w, double eps) {
+                                                const at::Tensor& w, double eps,
+                                                at::Tensor* slots) {
   check_bf16(x, "x");
   check_bf16(a, "a");
-  const at::Tensor s = add(x, a);  // torch's bfloat16 addition's bits
-  return {s, rms_norm(s, w, eps)};
+  const at::Tensor s = add(x, a, slots);  // torch's bfloat16 addition's bits
+  return {s, rms_norm(s, w, eps, slots != nullptr ? slots + 1 : nullptr)};
 }
 
 
 // u [n, 2I] (gate, then up) -> bf16(bf16(silu(gate)) * up) [n, I]
-at::Tensor silu_mul(const at::Tensor& u) {
+at::Tensor silu_mul(const at::Tensor& u, at::Tensor* slot) {
   check_bf16(u, "u");
   TORCH_CHECK(u.dim() == 2 && u.size(1) % 2 == 0, "u must be [n, 2I]");
   const int64_t n = u.size(0), inner = u.size(1) / 2;
-  at::Tensor out = at::empty({n, inner}, u.options());
+  at::Tensor out = out_of(slot, {n, inner}, u.options());
   const bf16* up = u.data_ptr<bf16>();
   bf16* op = out.data_ptr<bf16>();
   for (int64_t i = 0; i < n; ++i) {
@@ -156,8 +158,8 @@ at::Tensor exact_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 
 // op(x, a) elementwise in float32, stored in x's dtype (one rounding, as torch's)
 template <typename T, typename Op>
-at::Tensor zip_rows(const at::Tensor& x, const at::Tensor& a, Op op) {
-  at::Tensor s = at::empty_like(x);
+at::Tensor zip_rows(const at::Tensor& x, const at::Tensor& a, Op op, at::Tensor* slot) {
+  at::Tensor s = lab::out_of(slot, x.sizes(), x.options());
   const T* xp = x.data_ptr<T>();
   const T* ap = a.data_ptr<T>();
   T* sp = s.data_ptr<T>();
@@ -167,13 +169,13 @@ at::Tensor zip_rows(const at::Tensor& x, const at::Tensor& a, Op op) {
 }
 
 template <typename Op>
-at::Tensor zip(const at::Tensor& x, const at::Tensor& a, Op op) {
+at::Tensor zip(const at::Tensor& x, const at::Tensor& a, Op op, at::Tensor* slot = nullptr) {
   check_float(x, x, "x");
   check_float(a, x, "a");
   TORCH_CHECK(x.sizes() == a.sizes(), "x and a differ in shape");
-  if (x.scalar_type() == at::kFloat) return zip_rows<float>(x, a, op);
+  if (x.scalar_type() == at::kFloat) return zip_rows<float>(x, a, op, slot);
   TORCH_CHECK(x.scalar_type() == at::kBFloat16, "x must be bfloat16 or float32");
-  return zip_rows<bf16>(x, a, op);
+  return zip_rows<bf16>(x, a, op, slot);
 }
 
 }  // namespace
@@ -193,8 +195,8 @@ at::Tensor exact_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) 
 
 // x + a and x * a in x's dtype, torch's additions' and products' bits (float32 arithmetic,
 // one rounding)
-at::Tensor add(const at::Tensor& x, const at::Tensor& a) {
-  return zip(x, a, [](float u, float v) { return u + v; });
+at::Tensor add(const at::Tensor& x, const at::Tensor& a, at::Tensor* slot) {
+  return zip(x, a, [](float u, float v) { return u + v; }, slot);
 }
 
 at::Tensor mul(const at::Tensor& x, const at::Tensor& a) {
@@ -270,7 +272,7 @@ namespace lab {
 // bfloat16, or float32 (a float32 model's layer, step.cpp): the unfused step's bits in both
 at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                    at::Tensor& k_all, at::Tensor& v_all, int64_t layer, const at::Tensor& pos,
-                   int64_t n_heads, int64_t n_kv, int64_t rot) {
+                   int64_t n_heads, int64_t n_kv, int64_t rot, at::Tensor* slot) {
   const bool wide = qkv.scalar_type() == at::kFloat;
   const auto check = [wide](const at::Tensor& t, const char* name) {
     if (!wide) return check_bf16(t, name);
@@ -292,12 +294,13 @@ at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tenso
               "one row of the rotary tables per row of qkv");
   TORCH_CHECK(!at::isFloatingType(pos.scalar_type()) && pos.numel() == n,
               "one integer position per row");
-  at::Tensor p = pos.to(at::kLong).contiguous();
+  const at::Tensor p = pos.scalar_type() == at::kLong && pos.is_contiguous()
+                           ? pos : pos.to(at::kLong).contiguous();
   for (int64_t t = 0; t < n; ++t) {  // all checked before any is written
     const int64_t at_pos = p.data_ptr<int64_t>()[t];
     TORCH_CHECK(at_pos >= 0 && at_pos < cap, "position ", at_pos, " is past the cache");
   }
-  at::Tensor q = at::empty({n_heads, n, d}, qkv.options());
+  at::Tensor q = out_of(slot, {n_heads, n, d}, qkv.options());
   if (wide)
     rope_rows<float>(qkv, cos, sin, k_all, v_all, layer, p.data_ptr<int64_t>(), n_heads, n_kv,
                      rot, q);
@@ -309,9 +312,16 @@ at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tenso
 
 }  // namespace lab
 
-TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {
-  m.impl("rms_norm", &lab::rms_norm);
-  m.impl("add_rms_norm", &lab::add_rms_norm);
-  m.impl("silu_mul", &lab::silu_mul);
-  m.impl("rope_kv", &lab::rope_kv);
+TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {  // the ops: new tensors each call
+  m.impl("rms_norm", [](const at::Tensor& x, const at::Tensor& w, double eps) {
+    return lab::rms_norm(x, w, eps);
+  });
+  m.impl("add_rms_norm", [](const at::Tensor& x, const at::Tensor& a, const at::Tensor& w,
+                            double eps) { return lab::add_rms_norm(x, a, w, eps); });
+  m.impl("silu_mul", [](const at::Tensor& u) { return lab::silu_mul(u); });
+  m.impl("rope_kv", [](const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
+                       at::Tensor& k_all, at::Tensor& v_all, int64_t layer,
+                       const at::Tensor& pos, int64_t n_heads, int64_t n_kv, int64_t rot) {
+    return lab::rope_kv(qkv, cos, sin, k_all, v_all, layer, pos, n_heads, n_kv, rot);
+  });
 }

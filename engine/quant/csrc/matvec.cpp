@@ -112,7 +112,8 @@ namespace lab {
 
 // bfloat16 scales give a bfloat16 product (a layer); float32 scales a float32 one (an output
 // head: its logits are not rounded to bfloat16's steps of 0.03-0.06 at 10-20)
-at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s) {
+at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s,
+                   at::Tensor* slot) {
   TORCH_CHECK(w.dim() == 3 && w.size(2) == kGroup && w.scalar_type() == at::kChar &&
                   w.is_contiguous(), "int8 weights must be contiguous int8 [N, K / 32, 32]");
   const int64_t n = w.size(0), k = w.size(1) * kGroup, m = x.size(0);
@@ -134,11 +135,11 @@ at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
   }
   const std::vector<QuantRow>& rows = quantise_rows(x);
   if (head) {
-    at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
+    at::Tensor out = out_of(slot, {m, n}, x.options().dtype(at::kFloat));
     int8_rows(wp, scale, rows, n, k, out.data_ptr<float>());
     return out;
   }
-  at::Tensor out = at::empty({m, n}, x.options());
+  at::Tensor out = out_of(slot, {m, n}, x.options());
   int8_rows(wp, scale, rows, n, k, out.data_ptr<c10::BFloat16>());
   return out;
 }
@@ -181,7 +182,8 @@ void int4_row(const uint8_t* bytes, const uint16_t* scales, int64_t k, float* v)
 
 namespace lab {
 
-at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& sz) {
+at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& sz,
+                   at::Tensor* slot) {
   TORCH_CHECK(w.dim() == 3 && w.size(2) == 32 && w.scalar_type() == at::kByte &&
                   w.is_contiguous(), "int4 weights must be contiguous uint8 [N, K / 64, 32]");
   const int64_t n = w.size(0), k = w.size(1) * 64, m = x.size(0), groups = k / kGroup;
@@ -195,7 +197,7 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
     return many_rows(x, n, k, [&](int64_t r, float* v) {
       int4_row(wp + r * (k / 2), sp + r * 2 * groups, k, v);
     });
-  at::Tensor out = at::empty({m, n}, x.options());
+  at::Tensor out = out_of(slot, {m, n}, x.options());
   auto* op = out.data_ptr<c10::BFloat16>();
   const std::vector<QuantRow>& rows = quantise_rows(x);
   at::parallel_for(0, n, 16, [&](int64_t a, int64_t b) {
@@ -240,8 +242,12 @@ std::string isa() {
 // The products' schemas are defined in Python (engine/step/kernels.py), so that TorchScript
 // can compile the fast step where this library is not built; here their CPU kernels.
 TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {
-  m.impl("int8_mm", &lab::int8_mm);
-  m.impl("int4_mm", &lab::int4_mm);
+  m.impl("int8_mm", [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& s) {
+    return lab::int8_mm(x, w, s);
+  });
+  m.impl("int4_mm", [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& sz) {
+    return lab::int4_mm(x, w, sz);
+  });
 }
 
 TORCH_LIBRARY_FRAGMENT(decoding_lab, m) { m.def("isa() -> str", &isa); }

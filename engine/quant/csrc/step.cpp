@@ -47,14 +47,14 @@ at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w) {
 // shape kept it there), or float ones in x's dtype (bfloat16 packed for oneDNN, or plain;
 // float32 as the model holds it)
 at::Tensor affine(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s,
-                  const at::Tensor& b, bool onednn) {
+                  const at::Tensor& b, bool onednn, at::Tensor* slot = nullptr) {
   TORCH_CHECK(s.numel() == 0 || !w.is_mkldnn(),
               "a fused layer's int8 matrices are not packed for oneDNN");
   at::Tensor y;
   if (s.numel() == 0)
     y = onednn ? onednn_linear(x, w) : at::matmul(x, w.t());
   else if (w.dim() == 3)
-    y = w.scalar_type() == at::kChar ? lab::int8_mm(x, w, s) : lab::int4_mm(x, w, s);
+    y = w.scalar_type() == at::kChar ? lab::int8_mm(x, w, s, slot) : lab::int4_mm(x, w, s, slot);
   else if (w.scalar_type() == at::kChar)
     y = at::_weight_int8pack_mm(x, w, s);  // x from at::empty: aligned as the kernel needs
   else
@@ -95,49 +95,59 @@ struct Residual {
   at::Tensor s, d;
 };
 
+// Where a quantised layer's steps keep their outputs from layer to layer and token to token
+// (lab::out_of): each step its own, so no step writes what a later one still reads. The first
+// two pairs: (x, its norm), for each norm of the layer.
+enum Scratch { kX, kH, kQkv, kQ, kAtt, kA, kS, kH2, kUp, kU, kDown, kScratch };
+
 // (x, norm(x)) from the residual terms: float matrices take the unfused norm's bits, a
-// quantised layer the lab's (the same numbers up to the order of a sum)
+// quantised layer the lab's (the same numbers up to the order of a sum), in `slots` (x's,
+// then the norm's) where given
 std::tuple<at::Tensor, at::Tensor> add_norm(const Residual& r, const at::Tensor& w, double eps,
-                                            bool exact) {
+                                            bool exact, at::Tensor* slots = nullptr) {
   if (exact) {
     const at::Tensor x = r.d.defined() ? lab::add(r.s, r.d) : r.s;
     return {x, lab::exact_rms_norm(x, w, eps)};
   }
-  if (r.d.defined()) return lab::add_rms_norm(r.s, r.d, w, eps);
-  return {r.s, lab::rms_norm(r.s, w, eps)};
+  if (r.d.defined()) return lab::add_rms_norm(r.s, r.d, w, eps, slots);
+  return {r.s, lab::rms_norm(r.s, w, eps, slots != nullptr ? slots + 1 : nullptr)};
 }
 
 at::Tensor sum(const Residual& r) { return r.d.defined() ? lab::add(r.s, r.d) : r.s; }
 
 // One layer over x = in.s + in.d [1, hidden], bfloat16 (or float32 for float matrices): the
-// file's head says which steps each kind takes
+// file's head says which steps each kind takes. `scratch` (kScratch tensors, or none: new
+// ones): where a quantised layer's steps keep their outputs; the residual returned is in it
 Residual layer_step(const Residual& in, const LayerIn& t, int64_t layer, const at::Tensor& pos,
                     const at::Tensor& cos, const at::Tensor& sin, at::Tensor& k_all,
-                    at::Tensor& v_all, int64_t len, const Shape& m) {
+                    at::Tensor& v_all, int64_t len, const Shape& m,
+                    at::Tensor* scratch = nullptr) {
+  const auto at = [scratch](Scratch i) { return scratch != nullptr ? scratch + i : nullptr; };
   const bool exact = t[kQkvS].numel() == 0;  // float matrices: the unfused step's bits
   const at::Tensor& x0 = in.s;
   if (!exact || x0.scalar_type() != at::kFloat) lab::check_bf16(x0, "x");
   TORCH_CHECK(x0.dim() == 2 && x0.size(0) == 1 && x0.is_contiguous(),
               "decode_layer takes one token, x [1, hidden]");
-  const auto [x, h] = add_norm(in, t[kInW], m.eps, exact);
-  const at::Tensor qkv = affine(h, t[kQkvW], t[kQkvS], t[kQkvB], m.onednn).contiguous();
-  const at::Tensor q =
-      lab::rope_kv(qkv, cos, sin, k_all, v_all, layer, pos, m.n_heads, m.n_kv, m.rot);
+  const auto [x, h] = add_norm(in, t[kInW], m.eps, exact, at(kX));
+  const at::Tensor qkv =
+      affine(h, t[kQkvW], t[kQkvS], t[kQkvB], m.onednn, at(kQkv)).contiguous();
+  const at::Tensor q = lab::rope_kv(qkv, cos, sin, k_all, v_all, layer, pos, m.n_heads, m.n_kv,
+                                    m.rot, at(kQ));
   const at::Tensor att =
       exact ? torch_attention(q, k_all, v_all, layer, len, m.scale, m.n_heads != m.n_kv)
-            : lab::decode_attention(q, k_all, v_all, layer, len, m.scale);
+            : lab::decode_attention(q, k_all, v_all, layer, len, m.scale, at(kAtt));
   const at::Tensor a =
-      affine(att.transpose(0, 1).reshape({1, -1}), t[kOW], t[kOS], t[kOB], m.onednn);
-  const auto [s, h2] = add_norm(Residual{x, a}, t[kPfW], m.eps, exact);
-  const at::Tensor up = affine(h2, t[kUpW], t[kUpS], t[kUpB], m.onednn);
+      affine(att.transpose(0, 1).reshape({1, -1}), t[kOW], t[kOS], t[kOB], m.onednn, at(kA));
+  const auto [s, h2] = add_norm(Residual{x, a}, t[kPfW], m.eps, exact, at(kS));
+  const at::Tensor up = affine(h2, t[kUpW], t[kUpS], t[kUpB], m.onednn, at(kUp));
   at::Tensor u;
   if (exact) {  // torch's SiLU, then its product's bits
     const int64_t inner = up.size(1) / 2;
     u = lab::mul(at::silu(up.narrow(1, 0, inner)), up.narrow(1, inner, inner).contiguous());
   } else {
-    u = lab::silu_mul(up);
+    u = lab::silu_mul(up, at(kU));
   }
-  const at::Tensor down = affine(u, t[kDownW], t[kDownS], t[kDownB], m.onednn);
+  const at::Tensor down = affine(u, t[kDownW], t[kDownS], t[kDownB], m.onednn, at(kDown));
   TORCH_CHECK(down.sizes() == s.sizes(), "the down product does not give the hidden width");
   return Residual{s, down};
 }
@@ -175,6 +185,7 @@ struct Decoder : torch::CustomClassHolder {
   std::vector<at::Tensor> layers;  // kSlots a layer, in Slot's order
   at::Tensor embed, final_w, head, head_s, inv_freq, none, at_pos;
   std::vector<at::Tensor> cos_rows, sin_rows;  // [kRopeRows, rot] blocks, in x's dtype
+  std::vector<at::Tensor> scratch = std::vector<at::Tensor>(kScratch);  // layer_step's
   Shape shape;
   double rope_scale;
 
@@ -231,10 +242,11 @@ struct Decoder : torch::CustomClassHolder {
     Residual r{embed.narrow(0, token, 1), {}};  // the token's row, read, never written
     for (int64_t i = 0; i < n; ++i) {
       const LayerIn t{at::TensorList(layers).slice(i * kSlots, kSlots), kInOrder};
-      r = layer_step(r, t, i, at_pos, cos, sin, k_all, v_all, len, shape);
+      r = layer_step(r, t, i, at_pos, cos, sin, k_all, v_all, len, shape, scratch.data());
     }
     // forward.py's final norm: torch's bits for float layers, the lab's (as a quantised
-    // layer's norms, the same numbers up to the order of a sum) after quantised ones
+    // layer's norms, the same numbers up to the order of a sum) after quantised ones; in new
+    // tensors, as the head's output: the step's caller keeps what it returns
     const bool exact = layers[kQkvS].numel() == 0;
     const at::Tensor x = std::get<1>(add_norm(r, final_w, shape.eps, exact));
     if (head.numel() == 0) return x;
