@@ -127,7 +127,10 @@ _READ_FROM_LOGITS = torch.empty(0, dtype=torch.bool)  # greedy_stats' finite: no
 
 
 def greedy_measured(
-    logits: torch.Tensor, top_n: int, finite: torch.Tensor | None = None
+    logits: torch.Tensor,
+    top_n: int,
+    finite: torch.Tensor | None = None,
+    row: torch.Tensor | None = None,
 ) -> Measured | None:
     """A greedy step whole (temperature 0 alone: ``engine.sampling.chain.Chain.plain_greedy``)
     from logits [1, vocab]: the token (the first maximum), its one-hot probabilities, the
@@ -138,14 +141,17 @@ def greedy_measured(
     cut where the chain leaves it uncut); None: the op reads it from these logits, and a
     record whose ``finite`` is False is not the chain's (the caller takes the chain's way).
     On a long vocabulary the op's passes run on every thread, each over the part of the
-    logits its share of the head's product wrote. None where the op does not take the logits
-    (then the chain runs). ``tests/engine/test_greedy_ops.py`` holds it to the chain's own
-    records."""
+    logits its share of the head's product wrote. ``row``: the op's row for these logits,
+    already made (``FastStepper.greedy_logits``: in the same call as the logits). None where
+    the op does not take the logits (then the chain runs). ``tests/engine/test_greedy_ops.py``
+    holds it to the chain's own records."""
+    n = min(top_n, logits.shape[-1])
+    if row is not None:
+        return unpack_row(row.tolist()[0], n, False)
     if logits.shape[0] != 1 or not native.takes_rows(logits):
         return None
     if finite is not None and finite.dtype != torch.bool:
         return None
-    n = min(top_n, logits.shape[-1])
     flag = _READ_FROM_LOGITS if finite is None else finite.cpu()
     row = torch.ops.decoding_lab.greedy_stats(logits.contiguous(), n, flag)
     return unpack_row(row.tolist()[0], n, False)

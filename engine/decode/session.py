@@ -213,10 +213,14 @@ class GenerationSession(SessionBase):
             raise RuntimeError("Generation has finished; branch or rewind to continue.")
         start = time.perf_counter()
         if self._forced is None and self.whole_greedy and self.sampler.plain_greedy:
-            # the greedy step whole from the model's logits, their finiteness read in its
-            # first pass; logits with a NaN or an inf take the chain's way below
-            logits, fed = self._model_logits()
-            m = greedy_measured(logits, self.top_n)
+            # the greedy step whole from the model's logits (with them, where the stepper
+            # makes both in one call), their finiteness read in its first pass; logits with a
+            # NaN or an inf take the chain's way below
+            fed = to_feed(self.stepper, self.ids)
+            whole = getattr(self.stepper, "greedy_logits", None)
+            both = whole(self.ids, self.top_n) if whole is not None else None
+            logits, row = both if both is not None else (self.stepper.logits(self.ids), None)
+            m = greedy_measured(logits, self.top_n, row=row)
             if m is not None and m.finite:
                 elapsed = time.perf_counter() - start
                 return self._append(m, elapsed, "greedy", False, fed, NO_REPORT)

@@ -279,13 +279,39 @@ class FastStepper:
         self.cache.crop(length)
 
     @torch.inference_mode()
+    def greedy_logits(
+        self, ids: Sequence[int], top_n: int
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``logits(ids)`` [1, vocab] and, from the same call of the lab's step, a greedy
+        step's packed record of the top ``top_n`` (csrc/greedy.cpp's greedy_stats, its
+        finiteness read from the logits: ``engine.decode.measure.greedy_measured`` reads it),
+        its passes run while each thread's part of the logits is in its cache. None where
+        the step does not run in one call with its head (then ``logits``)."""
+        if self._decoder is None or self._head_apart:
+            return None
+        start, new = self.cache.take(ids, 1, self.max_len)
+        end = start + len(new)
+        if not self._one_call(new, 1, end):
+            return None
+        k_all, v_all = self.cache.ensure(end)
+        n = min(top_n, self.spec.lm_head.shape[0])
+        logits, row = self._decoder.step_greedy(new[0], start, k_all, v_all, end, n)
+        self.forward_passes += 1
+        self.cache.extend(new)
+        return logits, row
+
+    def _one_call(self, new: Sequence[int], keep: int, end: int) -> bool:
+        """Whether these positions run in one call of the lab's step (one new token, not
+        past a sliding window)."""
+        return len(new) == 1 and keep == 1 and (self._window == 0 or end <= self._window)
+
+    @torch.inference_mode()
     def logits(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
         """Same contract as ModelStepper.logits: [keep, vocab] float32."""
         start, new = self.cache.take(ids, keep, self.max_len)
         end = start + len(new)
         k_all, v_all = self.cache.ensure(end)
-        one = len(new) == 1 and keep == 1 and (self._window == 0 or end <= self._window)
-        if self._decoder is not None and one:
+        if self._decoder is not None and self._one_call(new, keep, end):
             logits = self._decoder.step(new[0], start, k_all, v_all, end)
             if self._head_apart:
                 logits = mm(logits, self.lm_head, self.spec.lm_head_s, self.onednn).float()

@@ -154,7 +154,7 @@ def test_a_greedy_sessions_records_are_the_same_whole_or_through_the_chain(kind,
     calls = []
     real = measure.greedy_measured
     monkeypatch.setattr("engine.decode.session.greedy_measured",
-                        lambda *a: calls.append(1) or real(*a))  # fmt: skip
+                        lambda *a, **k: calls.append(1) or real(*a, **k))  # fmt: skip
     whole = run()
     assert len(calls) == 9  # every step but the forced one
     monkeypatch.setattr(GenerationSession, "whole_greedy", False)
@@ -203,3 +203,36 @@ def test_the_greedy_steps_passes_on_every_thread_are_one_threads(vocab):
         probs, cut = chain.probs(None, x)
         token = chain.pick(probs[0], torch.Generator())
         assert m == measure.measure(x, probs, token, 20, cut, torch.tensor([True]))[0]
+
+
+@pytest.mark.parametrize("kind", ["float32", "int4", "int8-aten"])
+def test_the_steppers_greedy_row_is_the_ops_on_its_logits(kind, monkeypatch):
+    """FastStepper.greedy_logits: the logits of ``logits`` and, from the same call of the
+    lab's step, the greedy op's row on them, bit for bit; None where the head runs apart
+    (PyTorch's int8 layout: packed for oneDNN) or the positions are not one new token."""
+    from test_quant import quant_sized
+
+    from engine.quant.apply import quantize_model
+    from engine.step.fastpath import FastStepper
+
+    if kind == "int8-aten":
+        monkeypatch.setattr(native, "takes_int8", lambda *_: False)
+    model = quant_sized("qwen2")
+    if kind != "float32":
+        quantize_model(model, kind.removesuffix("-aten"))
+    whole, plain = FastStepper(model), FastStepper(model)
+    seq = [5, 17, 33, 2]
+    whole.logits(seq)
+    plain.logits(seq)
+    if kind == "int8-aten":
+        assert whole.greedy_logits(seq + [9], 20) is None
+        return
+    assert whole.greedy_logits(seq + [9, 4], 20) is None  # two new positions: the plain step
+    for token in (9, 4, 11):
+        seq.append(token)
+        logits, row = whole.greedy_logits(seq, 20)
+        want = plain.logits(seq)
+        assert torch.equal(logits, want)
+        got = measure.greedy_measured(logits, 20, row=row)
+        assert repr(got) == repr(measure.greedy_measured(want, 20))
+        assert got.finite and got.token_id == int(want.argmax())

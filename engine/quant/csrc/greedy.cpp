@@ -187,6 +187,10 @@ void greedy_row_split(RowIn in, std::vector<float>& raw, double* out) {
   }
 }
 
+}  // namespace
+
+namespace stats {
+
 // A greedy step whole, for logits [rows, vocab] float32 (engine.decode.measure's
 // greedy_measured: what temperature 0's chain, its softmax, the pick and step_stats give, in
 // one op): each row's token is its first maximum, its probabilities one-hot there, every
@@ -218,11 +222,11 @@ at::Tensor greedy_stats(const at::Tensor& logits, int64_t n, const at::Tensor& f
   return out;
 }
 
-}  // namespace
+}  // namespace stats
 
 TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {
   m.impl("first_max", &first_max);
   m.impl("keep_first_max", &keep_first_max);
   m.impl("one_hot_probs", &one_hot_probs);
-  m.impl("greedy_stats", &greedy_stats);
+  m.impl("greedy_stats", &stats::greedy_stats);
 }

@@ -68,6 +68,9 @@ std::vector<Entry> top_of(const float* raw, int64_t v, int64_t n);
 void one_row(const RowIn& in, std::vector<float>& raw, double* out);
 // logits-like [rows, vocab] float32, contiguous, on the CPU
 void check_scores(const at::Tensor& t, const char* name);
+// greedy.cpp: a greedy step's packed record from logits [rows, vocab] float32 (finite: one
+// bool a row, or empty: read from the logits)
+at::Tensor greedy_stats(const at::Tensor& logits, int64_t n, const at::Tensor& finite);
 
 // bits, as measure.py's entropy_bits gives them: float32, never -0.0 or below 0
 inline double bits(double nats) {

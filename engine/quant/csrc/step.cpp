@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "lab.h"
+#include "stats.h"
 
 namespace {
 
@@ -252,6 +253,18 @@ struct Decoder : torch::CustomClassHolder {
     if (head.numel() == 0) return x;
     return affine(x, head, head_s, none, shape.onednn).to(at::kFloat);
   }
+
+  // step's logits and, from them in the same call, a greedy step's packed record of the top
+  // n (greedy.cpp's greedy_stats, its finiteness read from the logits): its passes run while
+  // each thread's part of the logits, which its share of the head wrote, is in its cache.
+  // For a Decoder that holds the head.
+  std::tuple<at::Tensor, at::Tensor> step_greedy(int64_t token, int64_t pos, at::Tensor k_all,
+                                                 at::Tensor v_all, int64_t len, int64_t n) {
+    TORCH_CHECK(head.numel() > 0, "a Decoder without its head gives no logits to measure");
+    at::Tensor logits = step(token, pos, std::move(k_all), std::move(v_all), len);
+    const at::Tensor unread = at::empty({0}, logits.options().dtype(at::kBool));
+    return {logits, stats::greedy_stats(logits, n, unread)};
+  }
 };
 
 }  // namespace
@@ -264,5 +277,6 @@ TORCH_LIBRARY_FRAGMENT(decoding_lab, m) {
   m.class_<Decoder>("Decoder")
       .def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<int64_t>,
                        std::vector<double>, bool>())
-      .def("step", &Decoder::step);
+      .def("step", &Decoder::step)
+      .def("step_greedy", &Decoder::step_greedy);
 }
