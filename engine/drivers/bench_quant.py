@@ -121,7 +121,8 @@ def _rows(
         share = decode * need / copy_bw
         one = quickest[kind]
         products = "     ?" if floor is None or one is None else (
-            f"{floor * 1e3:6.1f} ms (best single pass {one * 1e3:.1f} ms)")  # fmt: skip
+            f"{floor * 1e3:6.1f} ms (best single pass {one * 1e3:.1f} ms); the token "
+            f"{1 / (decode * floor):.3f}x its products")  # fmt: skip
         say(f"   {title} {kind:<8} {whole:6.1f} tok/s {whole / base[0]:5.2f}x fp32 | decode alone "
             f"{decode:6.1f} tok/s {decode / base[1]:5.2f}x | weights/token {need / 1e6:6.1f} MB "
             f"{decode * need / 1e9:5.1f} GB/s = {share:.2f} of copy | decode token "
@@ -130,6 +131,7 @@ def _rows(
                          decode_vs_fp32=decode / base[1], weight_mb=need / 1e6,
                          copy_share=share, token_ms=1e3 / decode,
                          matmul_ms=None if floor is None else floor * 1e3,
+                         token_vs_matmul=None if floor is None else 1 / (decode * floor),
                          matmul_best_pass_ms=None if one is None else one * 1e3)  # fmt: skip
     return out
 

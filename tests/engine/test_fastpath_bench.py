@@ -175,11 +175,12 @@ def test_quant_rows_give_the_session_and_the_decode_rates():
     said: list[str] = []
     rows = bench_quant._rows(models, [5, 6, 7, 8], 6, 1e10, said.append, "Tiny")
     assert len(said) == 3 and all("decode alone" in line for line in said)
-    assert all("best single pass" in line for line in said)
+    assert all("best single pass" in line and "x its products" in line for line in said)
     assert rows["float32"]["vs_fp32"] == 1.0 and rows["float32"]["decode_vs_fp32"] == 1.0
     for kind, row in rows.items():
         assert row["tok_s"] > 0 and row["decode_tok_s"] > 0 and row["matmul_ms"] > 0
         assert row["matmul_best_pass_ms"] > 0
+        assert row["token_vs_matmul"] == pytest.approx(row["token_ms"] / row["matmul_ms"])
         assert row["copy_share"] == pytest.approx(row["decode_tok_s"] * row["weight_mb"] / 1e4)
         assert row["weight_mb"] * 1e6 == pytest.approx(bench_quant.weight_bytes(models[kind]))
     # each quantised model's products on its kernels and on PyTorch's, side by side
