@@ -175,13 +175,23 @@ class GenerationSession(SessionBase):
 
     def _logits(self) -> StepLogits:
         """The logits source: the next position's logits from the local model."""
-        return self._checked(*self._model_logits())
+        logits, fed, _ = self._model_logits()
+        return self._checked(logits, fed)
 
-    def _model_logits(self) -> tuple[torch.Tensor, int]:
-        """The local model's logits for the next position [1, vocab], as it gives them, and
-        the positions it read for them."""
+    def _model_logits(
+        self, greedy_n: int | None = None
+    ) -> tuple[torch.Tensor, int, torch.Tensor | None]:
+        """The local model's logits for the next position [1, vocab], as it gives them, the
+        positions it read for them, and, where ``greedy_n`` is given and the stepper makes
+        both in one call (``FastStepper.greedy_logits``), a greedy step's packed record of the
+        top ``greedy_n`` (else None). A wrapper of the stepper (lockstep's recorder) sees
+        both ways."""
         fed = to_feed(self.stepper, self.ids)
-        return self.stepper.logits(self.ids), fed
+        whole = getattr(self.stepper, "greedy_logits", None) if greedy_n is not None else None
+        both = whole(self.ids, greedy_n) if whole is not None else None
+        if both is not None:
+            return both[0], fed, both[1]
+        return self.stepper.logits(self.ids), fed, None
 
     @staticmethod
     def _checked(logits: torch.Tensor, fed: int) -> StepLogits:
@@ -208,7 +218,8 @@ class GenerationSession(SessionBase):
     @torch.inference_mode()
     def step(self) -> Step:
         """Generate one token and return its record (transformers' ``_sample`` body: logits,
-        processors, pick; only ``_logits``/``_measure`` differ between sources)."""
+        processors, pick; only ``_logits``/``_measure`` differ between sources, and a greedy
+        step whole, where ``whole_greedy`` allows it, reads ``_model_logits``)."""
         if self.finished:
             raise RuntimeError("Generation has finished; branch or rewind to continue.")
         start = time.perf_counter()
@@ -216,10 +227,7 @@ class GenerationSession(SessionBase):
             # the greedy step whole from the model's logits (with them, where the stepper
             # makes both in one call), their finiteness read in its first pass; logits with a
             # NaN or an inf take the chain's way below
-            fed = to_feed(self.stepper, self.ids)
-            whole = getattr(self.stepper, "greedy_logits", None)
-            both = whole(self.ids, self.top_n) if whole is not None else None
-            logits, row = both if both is not None else (self.stepper.logits(self.ids), None)
+            logits, fed, row = self._model_logits(self.top_n)
             m = greedy_measured(logits, self.top_n, row=row)
             if m is not None and m.finite:
                 elapsed = time.perf_counter() - start

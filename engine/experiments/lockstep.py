@@ -48,6 +48,17 @@ class _Recording:
         self.last = self.inner.logits(ids, keep)
         return self.last
 
+    def greedy_logits(
+        self, ids: Sequence[int], top_n: int
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The inner stepper's logits with a greedy step's record (FastStepper's), recorded as
+        ``logits`` records them; None where it has no such call."""
+        whole = getattr(self.inner, "greedy_logits", None)
+        both = whole(ids, top_n) if whole is not None else None
+        if both is not None:
+            self.last = both[0]
+        return both
+
 
 def compare_rows(
     a_logits: torch.Tensor, b_logits: torch.Tensor, top_n: int

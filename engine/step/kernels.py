@@ -41,9 +41,11 @@ SCHEMAS = (
     # engine.decode.measure)
     "step_stats(Tensor logits, Tensor probs, Tensor tokens, int n, Tensor cut, Tensor finite) "
     "-> Tensor",
-    "greedy_stats(Tensor logits, int n, Tensor finite) -> Tensor",
     "all_finite(Tensor x) -> Tensor",
-    # what a sampler stage cut (engine.sampling.chain); greedy's stage, probabilities and pick
+    # a greedy step's record whole (csrc/greedy.cpp; engine.decode.measure.greedy_measured)
+    "greedy_stats(Tensor logits, int n, Tensor finite) -> Tensor",
+    # what a sampler stage cut (csrc/stats.cpp; engine.sampling.chain); greedy's stage,
+    # probabilities and pick (csrc/greedy.cpp; engine.sampling.greedy)
     "stage_cut(Tensor before, Tensor after, Tensor(a!) cut, int stage, bool binding) -> Tensor",
     "first_max(Tensor x) -> Tensor",
     "keep_first_max(Tensor x) -> Tensor",

@@ -30,10 +30,15 @@ def direct(model_a, model_b, ids, start, n):
     return kl, jac
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
 @pytest.mark.parametrize("fast", [False, True])
-def test_kl_and_jaccard_equal_a_direct_computation(fast):
+def test_kl_and_jaccard_equal_a_direct_computation(fast, temperature):
+    """At temperature 0 on the fast path a greedy step takes its logits and record in one call
+    (FastStepper.greedy_logits): the recorder sees those logits too."""
     a, b = tiny_llama(seed=1), tiny_llama(seed=2)
-    settings = SamplerSettings(temperature=1.0, top_k=20, max_new_tokens=10, seed=3)
+    settings = SamplerSettings(temperature=temperature, top_k=20, max_new_tokens=10, seed=3)
+    if temperature == 0.0:
+        settings = SamplerSettings(temperature=0.0, max_new_tokens=10)
     session = GenerationSession(a, PROMPT, settings, eos_token_ids=[], fast=fast)
     lock = Lockstep(session, b, top_n=8)
     steps = list(lock.stream())
