@@ -169,22 +169,8 @@ void greedy_row_split(RowIn in, std::vector<float>& raw, double* out) {
     higher += above[b];
   }
   std::sort(best.begin(), best.end(), before);
-  out[0] = static_cast<double>(in.token);
-  out[1] = chosen;
-  out[2] = in.prob(in.token);
-  out[3] = static_cast<double>(higher + 1);
-  out[4] = 1.0;  // one survivor, its entropy 0, as one_row's greedy row
-  out[5] = bits(h_raw);
-  out[6] = bits(0.0);
-  out[7] = in.finite.value_or(true) ? 1.0 : 0.0;
-  double* block = out + kScalars;
-  for (int64_t i = 0; i < in.n; ++i) {
-    const int64_t id = best[i].second;
-    block[i] = static_cast<double>(id);
-    block[in.n + i] = best[i].first;
-    block[2 * in.n + i] = in.prob(id);
-    block[3 * in.n + i] = in.cut_at(id);
-  }
+  // one survivor, its entropy 0, as one_row's greedy row
+  pack_row(in, RowNumbers{chosen, higher, 1, h_raw, 0.0, in.finite.value_or(true)}, &best, out);
 }
 
 }  // namespace

@@ -172,27 +172,33 @@ void one_row(const RowIn& in, std::vector<float>& raw, double* out) {
   float inv = 0.f;
   const double h_raw = raw_softmax(in, raw.data(), inv, finite);
   const bool broken = h_raw != h_raw;  // NaN or +inf in x: torch gives NaNs, and so do we
-  const double nan = std::numeric_limits<double>::quiet_NaN();
   double h = 0.0;  // one-hot: -(1 ln 1) = 0
   if (in.greedy()) survivors = 1;
   else h = processed_entropy(in.p, in.v, survivors);
   const float chosen = broken ? 0.f : raw[in.token] * inv;
   const int64_t above = broken ? 0 : scale_block(raw.data(), in.v, inv, chosen);
+  const RowNumbers m{chosen, above, survivors, h_raw, h, in.finite.value_or(finite)};
+  if (broken) return pack_row(in, m, nullptr, out);
+  const std::vector<Entry> top = top_of(raw.data(), in.v, in.n);
+  pack_row(in, m, &top, out);
+}
+
+void pack_row(const RowIn& in, const RowNumbers& m, const std::vector<Entry>* top, double* out) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   out[0] = static_cast<double>(in.token);
-  out[1] = broken ? nan : chosen;
+  out[1] = top == nullptr ? nan : m.chosen;
   out[2] = in.prob(in.token);
-  out[3] = static_cast<double>(above + 1);
-  out[4] = static_cast<double>(survivors);
-  out[5] = broken ? nan : bits(h_raw);
-  out[6] = bits(h);
-  out[7] = in.finite.value_or(finite) ? 1.0 : 0.0;
-  std::vector<Entry> top;
-  if (!broken) top = top_of(raw.data(), in.v, in.n);
+  out[3] = static_cast<double>(m.above + 1);
+  out[4] = static_cast<double>(m.survivors);
+  out[5] = top == nullptr ? nan : bits(m.h_raw);
+  out[6] = bits(m.h);
+  out[7] = m.finite ? 1.0 : 0.0;
   double* block = out + kScalars;
   for (int64_t i = 0; i < in.n; ++i) {
-    const int64_t id = broken ? i : top[i].second;  // no order without numbers: the first n
+    // no order without numbers: the first n
+    const int64_t id = top == nullptr ? i : (*top)[i].second;
     block[i] = static_cast<double>(id);
-    block[in.n + i] = broken ? nan : top[i].first;
+    block[in.n + i] = top == nullptr ? nan : (*top)[i].first;
     block[2 * in.n + i] = in.prob(id);
     block[3 * in.n + i] = in.cut_at(id);
   }

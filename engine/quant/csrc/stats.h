@@ -66,6 +66,17 @@ int64_t scale_block(float* __restrict raw, int64_t n, float inv, float chosen);
 std::vector<Entry> top_of(const float* raw, int64_t v, int64_t n);
 // one row's packed record (measure.py's step_columns) into out[0, 8 + 4 n)
 void one_row(const RowIn& in, std::vector<float>& raw, double* out);
+// A row's numbers, as the packed record holds them: the chosen token's raw probability, how
+// many tokens are more probable, how many the chain keeps, both entropies in nats, finiteness
+struct RowNumbers {
+  float chosen;
+  int64_t above, survivors;
+  double h_raw, h;
+  bool finite;
+};
+// the packed record from them and the top n (`top`; none: a broken row, its numbers NaN and
+// its list the first n ids)
+void pack_row(const RowIn& in, const RowNumbers& m, const std::vector<Entry>* top, double* out);
 // logits-like [rows, vocab] float32, contiguous, on the CPU
 void check_scores(const at::Tensor& t, const char* name);
 // greedy.cpp: a greedy step's packed record from logits [rows, vocab] float32 (finite: one

@@ -97,8 +97,8 @@ struct Residual {
 };
 
 // Where a quantised layer's steps keep their outputs from layer to layer and token to token
-// (lab::out_of): each step its own, so no step writes what a later one still reads. The first
-// two pairs: (x, its norm), for each norm of the layer.
+// (lab::out_of): each step its own, so no step writes what a later one still reads. kX, kH
+// and kS, kH2: each norm's (sum, output) pair, as add_rms_norm takes its slots.
 enum Scratch { kX, kH, kQkv, kQ, kAtt, kA, kS, kH2, kUp, kU, kDown, kScratch };
 
 // (x, norm(x)) from the residual terms: float matrices take the unfused norm's bits, a
