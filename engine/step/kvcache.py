@@ -31,12 +31,16 @@ def returned_cache(out: Any) -> Any:
     return out["cache"] if "cache" in keys else out.get("past_key_values")
 
 
+def _as_list(ids: Sequence[int]) -> list[int]:
+    """``ids`` as a list, copied only where it is not one (a decode step compares the cached
+    ids four times a token)."""
+    return ids if isinstance(ids, list) else list(ids)
+
+
 def common_prefix(cached: Sequence[int], ids: Sequence[int]) -> int:
     """How many leading ids two sequences share (the cache positions that can be kept)."""
     n = len(cached)
-    head, known = ids[:n], cached  # compared as lists, copied only where they are not
-    head = head if isinstance(head, list) else list(head)
-    if head == (known if isinstance(known, list) else list(known)):  # usual: the ids grew
+    if _as_list(ids[:n]) == _as_list(cached):  # the usual case: the sequence only grew
         return n
     for i, (a, b) in enumerate(zip(cached, ids, strict=False)):
         if a != b:
