@@ -5,6 +5,8 @@ the ops refuse."""
 
 from __future__ import annotations
 
+import platform
+
 import pytest
 import torch
 from test_quant import PROMPT, quant_sized
@@ -42,6 +44,25 @@ def test_norms_and_silu_are_the_unfused_operations(width):
     u = torch.randn(2, 2 * width, generator=g).to(BF)
     gate, up = u.chunk(2, -1)
     assert _ulps(lab.silu_mul(u), step.act(gate, step.ACT_SILU) * up) <= 1
+
+
+def test_a_float_norms_mean_is_torchs_bit_for_bit_in_the_labs_own_sum():
+    """The exact norms' mean (a float layer's, the unfused step's bits) is summed by the lab in
+    torch's order, not by at::mean: the same bits at every width, magnitude and sign, and on
+    x86 the lab's sum does the work at every width from one vector to torch's grain."""
+    g = torch.Generator().manual_seed(5)
+    widths = [*range(1, 70), 576, 896, 1000, 1536, 2048, 3584, 4099, 8192, 20000, 32767, 32768]
+    ours = 0
+    for width in widths:
+        for scale in (1e-3, 1.0, 1e4):
+            x = torch.randn(2, width, generator=g) * scale
+            for sq in (x * x, x):
+                got, by_lab = lab.row_means(sq.contiguous())
+                assert torch.equal(got.view(torch.int32), sq.mean(-1).view(torch.int32)), width
+                ours += by_lab
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        # torch 2.13 sums with AVX2's 8 lanes (16 tried too, for a torch that uses AVX-512's)
+        assert ours >= 6 * sum(16 <= w < 32768 for w in widths)
 
 
 @pytest.mark.parametrize(("heads", "kv", "d", "rot"), [(14, 2, 64, 64), (4, 4, 32, 16)])

@@ -55,7 +55,8 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::T
                                                 at::Tensor* slots = nullptr);
 at::Tensor silu_mul(const at::Tensor& u, at::Tensor* slot = nullptr);
 // a float layer's steps (bfloat16 or float32), the unfused step's bits
-at::Tensor exact_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
+at::Tensor exact_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps,
+                          at::Tensor* slot = nullptr);
 at::Tensor add(const at::Tensor& x, const at::Tensor& a, at::Tensor* slot = nullptr);
 at::Tensor mul(const at::Tensor& x, const at::Tensor& a);
 at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,

@@ -13,7 +13,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/mean.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -126,33 +127,120 @@ void check_float(const at::Tensor& t, const at::Tensor& like, const char* name) 
               name, " must be a contiguous CPU tensor of x's dtype");
 }
 
-// out = w * (x * r).to(T), r = 1 / sqrt(mean + eps) a row, the mean from torch's own reduction
+constexpr int64_t kMaxLanes = 16;
+
+// torch's sum of h contiguous floats on the CPU, in its order (aten's cascade sum for an
+// inner reduction, h under its grain of 32,768 so on one thread): `lanes`-wide vectors in
+// four chains (vector 4i + c into chain c); each chain's vectors added at level 0, and every
+// 2^p of them (p = max(4, ceil(log2(n)) / 4), n vectors a chain) carried up the levels as a
+// counter carries; the levels into level 0, the vectors past the chains into chain 0, the
+// chains into chain 0; then the scalars past the vectors, then chain 0's lanes in order
+float torch_sum(const float* x, int64_t h, int64_t lanes) {
+  constexpr int64_t kChains = 4, kLevels = 4;
+  const int64_t vecs = h / lanes, n = vecs / kChains;
+  int64_t log = 0;
+  while ((int64_t{1} << log) < n) ++log;
+  const int64_t power = std::max<int64_t>(4, log / kLevels), step = int64_t{1} << power;
+  float acc[kLevels][kChains][kMaxLanes] = {};
+  const auto add = [&](float* to, int64_t v) {
+    for (int64_t l = 0; l < lanes; ++l) to[l] += x[v * lanes + l];
+  };
+  const auto carry = [&](int64_t from, int64_t to) {
+    for (int64_t c = 0; c < kChains; ++c)
+      for (int64_t l = 0; l < lanes; ++l) acc[to][c][l] += acc[from][c][l];
+  };
+  int64_t i = 0;
+  while (i + step <= n) {
+    for (int64_t j = 0; j < step; ++j, ++i)
+      for (int64_t c = 0; c < kChains; ++c) add(acc[0][c], i * kChains + c);
+    for (int64_t level = 1; level < kLevels; ++level) {
+      carry(level - 1, level);
+      std::fill_n(&acc[level - 1][0][0], kChains * kMaxLanes, 0.f);
+      if ((i & ((step - 1) << (level * power))) != 0) break;
+    }
+  }
+  for (; i < n; ++i)
+    for (int64_t c = 0; c < kChains; ++c) add(acc[0][c], i * kChains + c);
+  for (int64_t level = 1; level < kLevels; ++level) carry(level, 0);
+  for (int64_t v = n * kChains; v < vecs; ++v) add(acc[0][0], v);
+  for (int64_t c = 1; c < kChains; ++c)
+    for (int64_t l = 0; l < lanes; ++l) acc[0][0][l] += acc[0][c][l];
+  float total = 0.f;
+  for (int64_t k = vecs * lanes; k < h; ++k) total += x[k];
+  for (int64_t l = 0; l < lanes; ++l) total += acc[0][0][l];
+  return 0.f + total;  // into an output torch fills with zeros first
+}
+
+// The lanes for which torch_sum gives at::mean's bits in this process, or 0 where neither
+// width does: found once, on sums of 40 to 4,099 values of mixed signs. torch 2.13 sums with
+// AVX2's 8 even where it dispatches to AVX-512 (a kernel without an AVX-512 build); 16 is
+// tried too, for a torch that builds one.
+int64_t torch_lanes() {
+  static const int64_t lanes = [] {
+#if defined(__x86_64__) || defined(_M_X64)
+    for (const int64_t width : {8, 16}) {
+      uint32_t state = 12345;
+      bool same = true;
+      for (const int64_t size : {40, 576, 896, 1000, 2048, 4099}) {
+        at::Tensor v = at::empty({1, size}, at::kFloat);
+        float* p = v.data_ptr<float>();
+        for (int64_t j = 0; j < size; ++j) {
+          state = state * 1664525u + 1013904223u;
+          p[j] = static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) * 0x1p-20f;
+        }
+        const float want = at::mean(v, -1).item<float>();
+        const float got = torch_sum(p, size, width) / static_cast<float>(size);
+        same = same && std::memcmp(&want, &got, sizeof(float)) == 0;
+      }
+      if (same) return width;
+    }
+#endif
+    return int64_t{0};  // elsewhere (ARM's SVE and NEON widths): at::mean
+  }();
+  return lanes;
+}
+
+// The float32 mean of each of `rows` rows of h values (sq, contiguous) as at::mean(sq, -1)
+// gives it (its sum, then a division by h), into mean: by torch_sum where its width is
+// known, else by at::mean itself
+void row_means(const float* sq, int64_t rows, int64_t h, float* mean) {
+  const int64_t lanes = torch_lanes();
+  if (lanes == 0 || h < lanes || h >= 32768) {
+    const at::Tensor m = at::mean(at::from_blob(const_cast<float*>(sq), {rows, h}), -1);
+    std::copy_n(m.contiguous().data_ptr<float>(), rows, mean);
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    mean[i] = torch_sum(sq + i * h, h, lanes) / static_cast<float>(h);
+}
+
+// out = w * (x * r).to(T), r = 1 / sqrt(mean + eps) a row, the mean as torch's reduction's
 template <typename T>
-void finish_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& mean, double eps,
+void finish_norm(const at::Tensor& x, const at::Tensor& w, const float* mp, double eps,
                  at::Tensor& out) {
   const int64_t h = x.size(-1), rows = x.numel() / h;
   const T* xp = x.data_ptr<T>();
   const T* wp = w.data_ptr<T>();
   T* op = out.data_ptr<T>();
-  const float* mp = mean.data_ptr<float>();
   for (int64_t i = 0; i < rows; ++i)  // mean + eps in float32, rsqrt as 1 / sqrt: torch's
     scale_row(xp + i * h, wp, 1.f / std::sqrt(mp[i] + static_cast<float>(eps)), h, op + i * h);
 }
 
 template <typename T>
-at::Tensor exact_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  const int64_t h = x.size(-1);
-  at::Tensor sq = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+at::Tensor exact_norm(const at::Tensor& x, const at::Tensor& w, double eps, at::Tensor* slot) {
+  const int64_t h = x.size(-1), rows = x.numel() / std::max<int64_t>(h, 1);
+  TORCH_CHECK(w.numel() == h, "the norm's weight has ", w.numel(), " values for ", h);
+  thread_local std::vector<float> sq, mean;  // grown once a thread
+  sq.resize(x.numel());
+  mean.resize(rows);
   const T* xp = x.data_ptr<T>();
-  float* sp = sq.data_ptr<float>();
   for (int64_t j = 0; j < x.numel(); ++j) {
     const float v = static_cast<float>(xp[j]);
-    sp[j] = v * v;  // pow(2): torch squares by a product
+    sq[j] = v * v;  // pow(2): torch squares by a product
   }
-  const at::Tensor mean = at::mean(sq, -1, true);  // torch's order of the sum, so its bits
-  at::Tensor out = at::empty_like(x);
-  TORCH_CHECK(w.numel() == h, "the norm's weight has ", w.numel(), " values for ", h);
-  finish_norm<T>(x, w, mean, eps, out);
+  row_means(sq.data(), rows, h, mean.data());
+  at::Tensor out = lab::out_of(slot, x.sizes(), x.options());
+  finish_norm<T>(x, w, mean.data(), eps, out);
   return out;
 }
 
@@ -185,12 +273,13 @@ namespace lab {
 // forward.py's norm for NORM_RMS on bfloat16 or float32 rows, bit for bit: w * (x.float() *
 // rsqrt(x.float().pow(2).mean(-1) + eps)).to(x.dtype), in two passes and torch's mean where
 // its spelling takes eight operations (the mean's order of the sum is torch's, so its bits)
-at::Tensor exact_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+at::Tensor exact_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps,
+                          at::Tensor* slot) {
   check_float(x, x, "x");
   check_float(w, x, "w");
-  if (x.scalar_type() == at::kFloat) return exact_norm<float>(x, w, eps);
+  if (x.scalar_type() == at::kFloat) return exact_norm<float>(x, w, eps, slot);
   TORCH_CHECK(x.scalar_type() == at::kBFloat16, "x must be bfloat16 or float32");
-  return exact_norm<bf16>(x, w, eps);
+  return exact_norm<bf16>(x, w, eps, slot);
 }
 
 // x + a and x * a in x's dtype, torch's additions' and products' bits (float32 arithmetic,
@@ -324,4 +413,23 @@ TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {  // the ops: new tensors each call
                        const at::Tensor& pos, int64_t n_heads, int64_t n_kv, int64_t rot) {
     return lab::rope_kv(qkv, cos, sin, k_all, v_all, layer, pos, n_heads, n_kv, rot);
   });
+}
+
+namespace {
+
+// For the tests: each row's mean of sq [rows, h] (float32) as the exact norms take it, and
+// whether it came from torch_sum (false: from at::mean, where its order is not known here)
+std::tuple<at::Tensor, bool> row_means_op(const at::Tensor& sq) {
+  TORCH_CHECK(sq.dim() == 2 && sq.scalar_type() == at::kFloat && sq.is_contiguous() &&
+                  sq.size(1) > 0, "sq must be a contiguous float32 [rows, h], h > 0");
+  at::Tensor mean = at::empty({sq.size(0)}, sq.options());
+  const int64_t h = sq.size(1), lanes = torch_lanes();
+  row_means(sq.data_ptr<float>(), sq.size(0), h, mean.data_ptr<float>());
+  return {mean, lanes > 0 && h >= lanes && h < 32768};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(decoding_lab, m) {
+  m.def("row_means(Tensor sq) -> (Tensor, bool)", &row_means_op);
 }

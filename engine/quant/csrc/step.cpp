@@ -36,9 +36,10 @@ namespace {
 at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& w) {
   static const c10::OperatorHandle op =
       c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
-  torch::jit::Stack stack{x, w, c10::IValue(), c10::IValue(std::string("none")),
-                          c10::IValue(c10::List<std::optional<at::Scalar>>()),
-                          c10::IValue(std::string(""))};
+  // the constant arguments made once (a string or list IValue allocates; ~120 calls a token)
+  static const c10::IValue none_attr{std::string("none")}, no_algorithm{std::string("")},
+      no_scalars{c10::List<std::optional<at::Scalar>>()};
+  torch::jit::Stack stack{x, w, c10::IValue(), none_attr, no_scalars, no_algorithm};
   op.callBoxed(&stack);
   return stack.back().toTensor();
 }
@@ -107,8 +108,8 @@ enum Scratch { kX, kH, kQkv, kQ, kAtt, kA, kS, kH2, kUp, kU, kDown, kScratch };
 std::tuple<at::Tensor, at::Tensor> add_norm(const Residual& r, const at::Tensor& w, double eps,
                                             bool exact, at::Tensor* slots = nullptr) {
   if (exact) {
-    const at::Tensor x = r.d.defined() ? lab::add(r.s, r.d) : r.s;
-    return {x, lab::exact_rms_norm(x, w, eps)};
+    const at::Tensor x = r.d.defined() ? lab::add(r.s, r.d, slots) : r.s;
+    return {x, lab::exact_rms_norm(x, w, eps, slots != nullptr ? slots + 1 : nullptr)};
   }
   if (r.d.defined()) return lab::add_rms_norm(r.s, r.d, w, eps, slots);
   return {r.s, lab::rms_norm(r.s, w, eps, slots != nullptr ? slots + 1 : nullptr)};
