@@ -23,6 +23,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
@@ -40,7 +41,7 @@
 namespace {
 
 constexpr int64_t kFewRows = 4;    // at most this many rows of x use the integer products
-constexpr int64_t kTileRows = 512;  // weight rows dequantised at a time for more rows of x
+constexpr int64_t kTileBytes = 256 * 1024;  // a thread's tile of weights for more rows of x
 
 // ---- checks -----------------------------------------------------------------------------
 
@@ -65,22 +66,28 @@ const std::vector<QuantRow>& quantise_rows(const at::Tensor& x) {
 // ---- more rows of x ----------------------------------------------------------------------
 
 // The product for more than a few rows of x (a prompt, a scored text): the weights
-// dequantised to float32 a tile of rows at a time (`row` writes one row's K floats) and
-// multiplied by at::mm (float32, as PyTorch's own kernels compute these rows).
+// dequantised to float32 (`row` writes one row's K floats) and multiplied by at::mm (float32,
+// as PyTorch's own kernels compute these rows), a tile of rows at a time, each thread its own
+// tiles: a tile of ~256 KB stays in the thread's L2 cache from its writing to at::mm's
+// reading (one tile of 512 rows for both threads was up to 10 MB, written to and read back
+// from L3 or memory: 0.28 of 0.76 s in a 38-token Qwen2.5-0.5B int4 prompt, AMD EPYC)
 template <typename Row>
 at::Tensor many_rows(const at::Tensor& x, int64_t n, int64_t k, const Row& row,
                      at::ScalarType out_type = at::kBFloat16) {
   at::Tensor out = at::empty({x.size(0), n}, x.options().dtype(out_type));
   const at::Tensor xf = x.to(at::kFloat);
-  for (int64_t n0 = 0; n0 < n; n0 += kTileRows) {
-    const int64_t n1 = std::min(n, n0 + kTileRows);
-    at::Tensor tile = at::empty({n1 - n0, k}, at::kFloat);
+  const int64_t rows = std::clamp<int64_t>(kTileBytes / (k * 4) / 16 * 16, 16, 512);
+  const bool inference = c10::InferenceMode::is_enabled();  // thread-local: carried over
+  at::parallel_for(0, (n + rows - 1) / rows, 1, [&](int64_t a, int64_t b) {
+    const c10::InferenceMode mode(inference);
+    at::Tensor tile = at::empty({rows, k}, at::kFloat);  // at::mm inside: one thread
     float* t = tile.data_ptr<float>();
-    at::parallel_for(n0, n1, 16, [&](int64_t a, int64_t b) {
-      for (int64_t r = a; r < b; ++r) row(r, t + (r - n0) * k);
-    });
-    out.narrow(1, n0, n1 - n0).copy_(at::mm(xf, tile.t()));
-  }
+    for (int64_t i = a; i < b; ++i) {
+      const int64_t n0 = i * rows, m = std::min(rows, n - n0);
+      for (int64_t r = 0; r < m; ++r) row(n0 + r, t + r * k);
+      out.narrow(1, n0, m).copy_(at::mm(xf, tile.narrow(0, 0, m).t()));
+    }
+  });
   return out;
 }
 
