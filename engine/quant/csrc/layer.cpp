@@ -202,16 +202,17 @@ int64_t torch_lanes() {
 
 // The float32 mean of each of `rows` rows of h values (sq, contiguous) as at::mean(sq, -1)
 // gives it (its sum, then a division by h), into mean: by torch_sum where its width is
-// known, else by at::mean itself
-void row_means(const float* sq, int64_t rows, int64_t h, float* mean) {
+// known (true), else by at::mean itself (false)
+bool row_means(const float* sq, int64_t rows, int64_t h, float* mean) {
   const int64_t lanes = torch_lanes();
   if (lanes == 0 || h < lanes || h >= 32768) {
     const at::Tensor m = at::mean(at::from_blob(const_cast<float*>(sq), {rows, h}), -1);
     std::copy_n(m.contiguous().data_ptr<float>(), rows, mean);
-    return;
+    return false;
   }
   for (int64_t i = 0; i < rows; ++i)
     mean[i] = torch_sum(sq + i * h, h, lanes) / static_cast<float>(h);
+  return true;
 }
 
 // out = w * (x * r).to(T), r = 1 / sqrt(mean + eps) a row, the mean as torch's reduction's
@@ -271,8 +272,8 @@ at::Tensor zip(const at::Tensor& x, const at::Tensor& a, Op op, at::Tensor* slot
 namespace lab {
 
 // forward.py's norm for NORM_RMS on bfloat16 or float32 rows, bit for bit: w * (x.float() *
-// rsqrt(x.float().pow(2).mean(-1) + eps)).to(x.dtype), in two passes and torch's mean where
-// its spelling takes eight operations (the mean's order of the sum is torch's, so its bits)
+// rsqrt(x.float().pow(2).mean(-1) + eps)).to(x.dtype), in two passes where its spelling takes
+// eight operations (the mean summed in torch's order, row_means, so its bits)
 at::Tensor exact_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps,
                           at::Tensor* slot) {
   check_float(x, x, "x");
@@ -423,9 +424,9 @@ std::tuple<at::Tensor, bool> row_means_op(const at::Tensor& sq) {
   TORCH_CHECK(sq.dim() == 2 && sq.scalar_type() == at::kFloat && sq.is_contiguous() &&
                   sq.size(1) > 0, "sq must be a contiguous float32 [rows, h], h > 0");
   at::Tensor mean = at::empty({sq.size(0)}, sq.options());
-  const int64_t h = sq.size(1), lanes = torch_lanes();
-  row_means(sq.data_ptr<float>(), sq.size(0), h, mean.data_ptr<float>());
-  return {mean, lanes > 0 && h >= lanes && h < 32768};
+  const bool summed = row_means(sq.data_ptr<float>(), sq.size(0), sq.size(1),
+                                mean.data_ptr<float>());
+  return {mean, summed};
 }
 
 }  // namespace

@@ -9,10 +9,10 @@
 //   quantised (int8 / int4 matrices): the lab's own steps (layer.cpp), the unfused step's
 //     numbers up to the order of a sum;
 //   bfloat16 and float32 (float matrices): the unfused step's operations in its order
-//     (engine/step/forward.py's decoder_layer): torch's own mean (in the norm), SDPA and SiLU,
-//     and layer.cpp's passes for the rest of the norm, the additions, SiLU's product and the
-//     rotary with its cache write, each the unfused operation's bits; so the same bits, and
-//     transformers' greedy tokens with them.
+//     (engine/step/forward.py's decoder_layer): torch's own SDPA and SiLU, and layer.cpp's
+//     passes for the norm (its mean summed in aten's order), the additions, SiLU's product
+//     and the rotary with its cache write, each the unfused operation's bits; so the same
+//     bits, and transformers' greedy tokens with them.
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
