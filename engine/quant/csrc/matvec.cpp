@@ -210,17 +210,18 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
   at::parallel_for(0, n, 16, [&](int64_t a, int64_t b) {
     thread_local std::vector<float> fac;  // grown once a thread
     fac.resize(4 * groups);
-    float dots[4], offsets[4];
+    float dots[4], part[4 * 8];
     for (int64_t r = a; r < b;) {
       const int step = b - r >= 4 ? 4 : 1;
+      span_to_l1(sp + r * 2 * groups, step * 4 * groups, kAhead / 4);
       for (int64_t i = 0; i < m; ++i) {
         for (int j = 0; j < step; ++j)
-          offsets[j] = row_factors(sp + (r + j) * 2 * groups, groups, rows[i],
-                                   fac.data() + j * groups);
-        if (step == 4) dot_int4<4>(wp + r * (k / 2), k / 2, fac.data(), rows[i], k, dots);
-        else dot_int4<1>(wp + r * (k / 2), k / 2, fac.data(), rows[i], k, dots);
-        for (int j = 0; j < step; ++j)
-          op[i * n + r + j] = c10::BFloat16(dots[j] + offsets[j]);
+          row_factors(sp + (r + j) * 2 * groups, groups, rows[i], fac.data() + j * groups,
+                      part + 8 * j);
+        const uint8_t* wr = wp + r * (k / 2);
+        if (step == 4) dot_int4<4>(wr, k / 2, fac.data(), part, rows[i], k, dots);
+        else dot_int4<1>(wr, k / 2, fac.data(), part, rows[i], k, dots);
+        for (int j = 0; j < step; ++j) op[i * n + r + j] = c10::BFloat16(dots[j]);
       }
       r += step;
     }
