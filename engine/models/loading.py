@@ -333,7 +333,7 @@ def quant_cache_folder(path: Path, kind: str) -> Path:
     from engine.quant import native
 
     where = torch.backends.cpu.get_cpu_capability().lower()
-    layout = "lab" if native.usable() else "aten"  # the lab's layout is the same on any ISA
+    layout = native.LAYOUT if native.usable() else "aten"  # the lab's is the same on any ISA
     key = f"{path.stem}-{file_digest(path)[:16]}-{kind}-{where}-{layout}-torch{torch.__version__}"
     return cache_root() / "quantised" / key
 

@@ -118,7 +118,7 @@ def int4_layout(u: Tensor, sz: Tensor) -> tuple[Tensor, Tensor]:
     """int4 integers ``u`` [N, K] and their (scale, zero) pairs [K / 32, N, 2] in the layout
     of the kernel that will run them: the lab's (``engine.quant.native``) or PyTorch's."""
     k = u.shape[1]
-    if native.takes_int4(k, k // sz.shape[0]):
+    if native.takes_int4(k, k // sz.shape[0], u.shape[0]):
         return native.pack4(u), native.scales4(sz)
     return pack_int4(u), sz
 

@@ -19,9 +19,9 @@ disagrees: PyTorch's kernels run, and ``why_not()`` says why. ``DECODING_LAB_NAT
 turns them off.
 
 Layouts (what ``mm`` in ``engine.step.kernels`` tells apart by the weights' rank): int8
-``[N, K / 32, 32]`` (the plain matrix, viewed); int4 ``[N, K / 64, 32]`` bytes, in each run
-of 64 columns byte j holds column j (low nibble) and column 32 + j (high), with scales
-``[N, 2, K / 32]`` (the groups' scales, then their zeros).
+``[N, K / 32, 32]`` (the plain matrix, viewed); int4 ``[N, K / 64, 32]`` bytes with scales
+``[N, 2, K / 32]`` by shape, in memory blocks of 8 rows with the rows side by side (``pack4``,
+``scales4``; csrc/dots.h): the kernel's vectors hold 8 rows' sums, never summed across.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ SOURCES = tuple(
 # integer dots; exp, log and bfloat16 rounding; what the files share
 HEADERS = tuple(SOURCE.with_name(f) for f in ("dots.h", "vmath.h", "lab.h", "stats.h"))
 SWITCH = "DECODING_LAB_NATIVE_KERNELS"
+# The lab's int4 layout, named in the quantised-layer caches' folders (a cache written in an
+# earlier layout is not read as this one): rows in blocks of 8 since stop 49
+LAYOUT = "lab8"
 # The CPU the build is for: this one by default; the tests build the AVX2 and plain C++ paths
 # too (haswell, x86-64) in a child process, whatever this machine has.
 MARCH = "DECODING_LAB_NATIVE_MARCH"
@@ -200,13 +203,14 @@ def scaled_u(u: Tensor, sz: Tensor) -> Tensor:
 
 def agrees(n: int, k: int, rows: int, seed: int = 44) -> bool:
     """Both products of ``rows`` rows of x with an [n, k] matrix against a float64 product of
-    the same integers, within ``bound`` (more than 4 rows take the tile route)."""
+    the same integers, within ``bound`` (more than 4 rows take the tile route); int4 takes
+    the first rows in whole blocks of 8."""
     from engine.quant.formats import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
 
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=gen)
     q8, s8 = quantize_int8(w)
-    u4, sz = quantize_int4(w)
+    u4, sz = quantize_int4(w[: n // 8 * 8])
     x = torch.randn(rows, k, generator=gen)
     x[:, 5] = 9.0  # a hidden state's largest element is 7-18x its RMS
     x = x.to(torch.bfloat16)
@@ -222,9 +226,9 @@ def agrees(n: int, k: int, rows: int, seed: int = 44) -> bool:
 
 
 def _probe_agrees() -> bool:
-    """``agrees`` at shapes that reach every branch: 167 rows (a tail of 3 past the blocks of
-    4), 34 groups (a full 16-group block of the scales, a masked or scalar tail), one to four
-    rows of x, and a tile route over two tiles of 512 rows."""
+    """``agrees`` at shapes that reach every branch: 167 rows (int8: a tail of 3 past the
+    blocks of 4; int4: 20 blocks of 8), 34 groups, one to four rows of x, and a tile route over
+    two tiles of 512 rows."""
     return all(agrees(167, 1088, rows) for rows in (1, 4)) and agrees(600, 64, 7)
 
 
@@ -256,31 +260,39 @@ def usable() -> bool:
 
 
 def pack4(u: Tensor) -> Tensor:
-    """u uint8 [N, K] in 0..15 -> [N, K / 64, 32]: per run of 64 columns, byte j = column j
-    | column 32 + j << 4."""
+    """u uint8 [N, K] in 0..15 (N a multiple of 8) -> the int4 kernel's [N, K / 64, 32]: in
+    memory, blocks of 8 rows; per 8 columns, the block's 8 rows' 4 bytes, byte t / 2 holding
+    columns t (low nibble) and t + 1 (csrc/dots.h)."""
     n, k = u.shape
-    runs = u.reshape(n, k // 64, 2, 32)
-    return (runs[:, :, 0] | (runs[:, :, 1] << 4)).contiguous()
+    v = u.reshape(n // 8, 8, k // 8, 8)
+    b = v[..., 0::2] | (v[..., 1::2] << 4)  # [blocks, 8 rows, K / 8, 4 bytes]
+    return b.permute(0, 2, 1, 3).contiguous().reshape(n, k // 64, 32)
 
 
 def unpack4(w: Tensor) -> Tensor:
     """The inverse of ``pack4``: [N, K / 64, 32] -> u uint8 [N, K]."""
-    return torch.stack((w & 15, w >> 4), 2).reshape(w.shape[0], -1)
+    n, k = w.shape[0], w.shape[1] * 64
+    b = w.reshape(n // 8, k // 8, 8, 4).permute(0, 2, 1, 3)  # [blocks, 8 rows, K / 8, 4]
+    return torch.stack((b & 15, b >> 4), -1).reshape(n, k)
 
 
 def scales4(sz: Tensor) -> Tensor:
-    """PyTorch's int4 (scale, zero) pairs [K / 32, N, 2] -> ours [N, 2, K / 32]."""
-    return sz.permute(1, 2, 0).contiguous()
+    """PyTorch's int4 (scale, zero) pairs [K / 32, N, 2] -> ours [N, 2, K / 32] by shape, in
+    memory per block of 8 rows and group: the 8 scales, then the 8 zeros."""
+    g, n, _ = sz.shape
+    return sz.reshape(g, n // 8, 8, 2).permute(1, 0, 3, 2).contiguous().reshape(n, 2, g)
 
 
 def unscales4(s: Tensor) -> Tensor:
     """The inverse of ``scales4``: ours [N, 2, K / 32] -> PyTorch's [K / 32, N, 2]."""
-    return s.permute(2, 0, 1).contiguous()
+    n, _, g = s.shape
+    return s.reshape(n // 8, g, 2, 8).permute(1, 0, 3, 2).reshape(g, n, 2).contiguous()
 
 
-def takes_int4(k: int, group: int) -> bool:
-    """Whether an int4 matrix of ``k`` columns in groups of ``group`` runs on our kernel."""
-    return group == 32 and k % 64 == 0 and usable()
+def takes_int4(k: int, group: int, n: int = 8) -> bool:
+    """Whether an int4 matrix of ``n`` rows and ``k`` columns in groups of ``group`` runs on
+    our kernel (blocks of 8 rows)."""
+    return group == 32 and k % 64 == 0 and n % 8 == 0 and usable()
 
 
 def takes_int8(k: int) -> bool:

@@ -44,12 +44,12 @@ def _case(kind: str, rows: int, n: int = 160, k: int = 384, seed: int = 3):
     if kind == "int8":
         q, s = quantize_int8(w)
         return x, q.view(n, k // 32, 32), s, dequantize_int8(q, s), None
-    u, sz = quantize_int4(w)
+    u, sz = quantize_int4(w[: n // 8 * 8])  # int4's kernel takes rows in blocks of 8
     return x, native.pack4(u), native.scales4(sz), dequantize_int4(u, sz), native.scaled_u(u, sz)
 
 
-# (n, k): a few plain rows; 167 rows (a tail past the blocks of 4 rows) of 1088 columns (34
-# groups: a full 16-group block of int4's scales, then a tail); 600 rows (two tiles of 512)
+# (n, k): a few plain rows; 167 rows (int8: a tail past the blocks of 4 rows; int4: 160, 20
+# blocks of 8) of 1088 columns (34 groups); 600 rows (two tiles of 512)
 SHAPES = [(160, 384), (167, 1088), (600, 64)]
 
 

@@ -13,9 +13,11 @@
 // Layouts (engine/quant/native.py makes them):
 //   int8: w int8 [N, K / 32, 32] (the plain [N, K] matrix, viewed); s bfloat16 [N]:
 //         weight = q * s.
-//   int4: w uint8 [N, K / 64, 32]: in each run of 64 columns, byte j holds column j in its
-//         low nibble and column 32 + j in its high one; sz bfloat16 [N, 2, K / 32]: per row,
-//         the groups' scales, then their zeros: weight = (u - 8) * scale + zero.
+//   int4: w uint8 [N, K / 64, 32] and sz bfloat16 [N, 2, K / 32] by shape, in memory blocks
+//         of 8 rows (N a multiple of 8): per group of 32 columns, 4 chunks of the 8 rows'
+//         32-bit words (nibble t of a word: column 8c + t), then per group the 8 rows'
+//         scales and their 8 zeros: weight = (u - 8) * scale + zero (dots.h). A slice of
+//         whole blocks is a matrix of its own (q, k and v fused).
 // A few rows of x (decode, beam, a draft's check) go through the integer dot products; more
 // rows (a prompt, a scored text) through float32 tiles of the dequantised weights and at::mm.
 
@@ -157,32 +159,25 @@ namespace {
 
 // ---- int4 ---------------------------------------------------------------------------------
 
-// One int4 row dequantised to float32: v[c] = (u_c - 8) * scale + zero
-void int4_row(const uint8_t* bytes, const uint16_t* scales, int64_t k, float* v) {
-  const int64_t groups = k / kGroup;
-  for (int64_t run = 0; run < k / 64; ++run) {
-    const float s0 = bf16(scales[2 * run]), z0 = bf16(scales[groups + 2 * run]) - 8.f * s0;
-    const float s1 = bf16(scales[2 * run + 1]), z1 = bf16(scales[groups + 2 * run + 1]) - 8.f * s1;
-    const uint8_t* b = bytes + run * 32;
-    float* out = v + run * 64;
-#if defined(__AVX512BW__)
-    const __m512i low = _mm512_set1_epi32(15);
-    const __m512 vs0 = _mm512_set1_ps(s0), vz0 = _mm512_set1_ps(z0);
-    const __m512 vs1 = _mm512_set1_ps(s1), vz1 = _mm512_set1_ps(z1);
-    for (int half = 0; half < 2; ++half) {
-      const __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b + 16 * half)));
-      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(u, low));
-      const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(u, 4));
-      _mm512_storeu_ps(out + 16 * half, _mm512_fmadd_ps(lo, vs0, vz0));
-      _mm512_storeu_ps(out + 32 + 16 * half, _mm512_fmadd_ps(hi, vs1, vz1));
+// many_rows for int4's row blocks: `block(r, t, ld)` writes rows r..r + 7 as 8 columns of the
+// float32 tile t [K, rows] (ld = rows), multiplied by at::mm as the rows' transpose
+template <typename Block>
+at::Tensor many_rows_in_blocks(const at::Tensor& x, int64_t n, int64_t k, const Block& block) {
+  at::Tensor out = at::empty({x.size(0), n}, x.options());
+  const at::Tensor xf = x.to(at::kFloat);
+  const int64_t rows = std::clamp<int64_t>(kTileBytes / (k * 4) / 16 * 16, 16, 512);
+  const bool inference = c10::InferenceMode::is_enabled();  // thread-local: carried over
+  at::parallel_for(0, (n + rows - 1) / rows, 1, [&](int64_t a, int64_t b) {
+    const c10::InferenceMode mode(inference);
+    at::Tensor tile = at::empty({k, rows}, at::kFloat);  // at::mm inside: one thread
+    float* t = tile.data_ptr<float>();
+    for (int64_t i = a; i < b; ++i) {
+      const int64_t n0 = i * rows, m = std::min(rows, n - n0);
+      for (int64_t r = 0; r < m; r += 8) block(n0 + r, t + r, rows);
+      out.narrow(1, n0, m).copy_(at::mm(xf, tile.narrow(1, 0, m)));
     }
-#else
-    for (int j = 0; j < 32; ++j) {
-      out[j] = float(b[j] & 15) * s0 + z0;
-      out[32 + j] = float(b[j] >> 4) * s1 + z1;
-    }
-#endif
-  }
+  });
+  return out;
 }
 
 }  // namespace
@@ -192,39 +187,35 @@ namespace lab {
 at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& sz,
                    at::Tensor* slot) {
   TORCH_CHECK(w.dim() == 3 && w.size(2) == 32 && w.scalar_type() == at::kByte &&
-                  w.is_contiguous(), "int4 weights must be contiguous uint8 [N, K / 64, 32]");
+                  w.is_contiguous() && w.size(0) % 8 == 0,
+              "int4 weights must be contiguous uint8 [N, K / 64, 32], N a multiple of 8");
   const int64_t n = w.size(0), k = w.size(1) * 64, m = x.size(0), groups = k / kGroup;
   check_x(x, k, 64);
   TORCH_CHECK(sz.dim() == 3 && sz.size(0) == n && sz.size(1) == 2 && sz.size(2) == groups &&
                   sz.scalar_type() == at::kBFloat16 && sz.is_contiguous(),
               "int4 scales must be contiguous bfloat16 [N, 2, K / 32]");
-  const auto* wp = w.data_ptr<uint8_t>();
+  const auto* wp = reinterpret_cast<const uint32_t*>(w.data_ptr<uint8_t>());
   const auto* sp = reinterpret_cast<const uint16_t*>(sz.data_ptr<c10::BFloat16>());
+  // block b: its words at wp + b * groups * 32, its scales at sp + b * groups * 16
   if (m > kFewRows)
-    return many_rows(x, n, k, [&](int64_t r, float* v) {
-      int4_row(wp + r * (k / 2), sp + r * 2 * groups, k, v);
+    return many_rows_in_blocks(x, n, k, [&](int64_t r, float* t, int64_t ld) {
+      int4_block_columns(wp + r / 8 * groups * 32, sp + r / 8 * groups * 16, groups, t, ld);
     });
   at::Tensor out = out_of(slot, {m, n}, x.options());
   auto* op = out.data_ptr<c10::BFloat16>();
   const std::vector<QuantRow>& rows = quantise_rows(x);
-  at::parallel_for(0, n, 16, [&](int64_t a, int64_t b) {
-    thread_local std::vector<float> fac;  // grown once a thread
-    fac.resize(4 * groups);
-    float dots[4], part[4 * 8];
-    for (int64_t r = a; r < b;) {
-      const int step = b - r >= 4 ? 4 : 1;
-      span_to_l1(sp + r * 2 * groups, step * 4 * groups, kAhead / 4);
+  thread_local std::vector<std::vector<int32_t>> kept;  // this thread's, reused
+  std::vector<std::vector<int32_t>>& pairs = kept;      // the workers read the caller's
+  pairs.resize(m);
+  for (int64_t i = 0; i < m; ++i) int4_pairs(rows[i], k, pairs[i]);
+  at::parallel_for(0, n / 8, 2, [&](int64_t a, int64_t b) {
+    float got[8];
+    for (int64_t blk = a; blk < b; ++blk)
       for (int64_t i = 0; i < m; ++i) {
-        for (int j = 0; j < step; ++j)
-          row_factors(sp + (r + j) * 2 * groups, groups, rows[i], fac.data() + j * groups,
-                      part + 8 * j);
-        const uint8_t* wr = wp + r * (k / 2);
-        if (step == 4) dot_int4<4>(wr, k / 2, fac.data(), part, rows[i], k, dots);
-        else dot_int4<1>(wr, k / 2, fac.data(), part, rows[i], k, dots);
-        for (int j = 0; j < step; ++j) op[i * n + r + j] = c10::BFloat16(dots[j]);
+        dot_int4_block(wp + blk * groups * 32, sp + blk * groups * 16, rows[i],
+                       pairs[i].data(), groups, got);
+        for (int j = 0; j < 8; ++j) op[i * n + blk * 8 + j] = c10::BFloat16(got[j]);
       }
-      r += step;
-    }
   });
   return out;
 }
