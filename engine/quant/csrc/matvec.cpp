@@ -68,13 +68,15 @@ const std::vector<QuantRow>& quantise_rows(const at::Tensor& x) {
 // ---- more rows of x ----------------------------------------------------------------------
 
 // The product for more than a few rows of x (a prompt, a scored text): the weights
-// dequantised to float32 (`row` writes one row's K floats) and multiplied by at::mm (float32,
-// as PyTorch's own kernels compute these rows), a tile of rows at a time, each thread its own
-// tiles: a tile of ~256 KB stays in the thread's L2 cache from its writing to at::mm's
-// reading (one tile of 512 rows for both threads was up to 10 MB, written to and read back
-// from L3 or memory: 0.28 of 0.76 s in a 38-token Qwen2.5-0.5B int4 prompt, AMD EPYC)
-template <typename Row>
-at::Tensor many_rows(const at::Tensor& x, int64_t n, int64_t k, const Row& row,
+// dequantised to float32 and multiplied by at::mm (float32, as PyTorch's own kernels compute
+// these rows), a tile of rows at a time, each thread its own tiles: a tile of ~256 KB stays in
+// the thread's L2 cache from its writing to at::mm's reading (one tile of 512 rows for both
+// threads was up to 10 MB, written to and read back from L3 or memory: 0.28 of 0.76 s in a
+// 38-token Qwen2.5-0.5B int4 prompt, AMD EPYC). Tiles of rows [rows, K], `fill(r, t)`
+// writing row r's K floats; or, kBlocks (int4's blocks of 8 rows), tiles of columns [K,
+// rows], `fill(r, t, ld)` writing rows r..r + 7 as 8 columns, ld = rows apart.
+template <bool kBlocks = false, typename Fill>
+at::Tensor many_rows(const at::Tensor& x, int64_t n, int64_t k, const Fill& fill,
                      at::ScalarType out_type = at::kBFloat16) {
   at::Tensor out = at::empty({x.size(0), n}, x.options().dtype(out_type));
   const at::Tensor xf = x.to(at::kFloat);
@@ -82,12 +84,18 @@ at::Tensor many_rows(const at::Tensor& x, int64_t n, int64_t k, const Row& row,
   const bool inference = c10::InferenceMode::is_enabled();  // thread-local: carried over
   at::parallel_for(0, (n + rows - 1) / rows, 1, [&](int64_t a, int64_t b) {
     const c10::InferenceMode mode(inference);
-    at::Tensor tile = at::empty({rows, k}, at::kFloat);  // at::mm inside: one thread
+    // at::mm inside: one thread
+    at::Tensor tile = at::empty({kBlocks ? k : rows, kBlocks ? rows : k}, at::kFloat);
     float* t = tile.data_ptr<float>();
     for (int64_t i = a; i < b; ++i) {
       const int64_t n0 = i * rows, m = std::min(rows, n - n0);
-      for (int64_t r = 0; r < m; ++r) row(n0 + r, t + r * k);
-      out.narrow(1, n0, m).copy_(at::mm(xf, tile.narrow(0, 0, m).t()));
+      if constexpr (kBlocks) {
+        for (int64_t r = 0; r < m; r += 8) fill(n0 + r, t + r, rows);
+        out.narrow(1, n0, m).copy_(at::mm(xf, tile.narrow(1, 0, m)));
+      } else {
+        for (int64_t r = 0; r < m; ++r) fill(n0 + r, t + r * k);
+        out.narrow(1, n0, m).copy_(at::mm(xf, tile.narrow(0, 0, m).t()));
+      }
     }
   });
   return out;
@@ -155,32 +163,7 @@ at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
 
 }  // namespace lab
 
-namespace {
-
 // ---- int4 ---------------------------------------------------------------------------------
-
-// many_rows for int4's row blocks: `block(r, t, ld)` writes rows r..r + 7 as 8 columns of the
-// float32 tile t [K, rows] (ld = rows), multiplied by at::mm as the rows' transpose
-template <typename Block>
-at::Tensor many_rows_in_blocks(const at::Tensor& x, int64_t n, int64_t k, const Block& block) {
-  at::Tensor out = at::empty({x.size(0), n}, x.options());
-  const at::Tensor xf = x.to(at::kFloat);
-  const int64_t rows = std::clamp<int64_t>(kTileBytes / (k * 4) / 16 * 16, 16, 512);
-  const bool inference = c10::InferenceMode::is_enabled();  // thread-local: carried over
-  at::parallel_for(0, (n + rows - 1) / rows, 1, [&](int64_t a, int64_t b) {
-    const c10::InferenceMode mode(inference);
-    at::Tensor tile = at::empty({k, rows}, at::kFloat);  // at::mm inside: one thread
-    float* t = tile.data_ptr<float>();
-    for (int64_t i = a; i < b; ++i) {
-      const int64_t n0 = i * rows, m = std::min(rows, n - n0);
-      for (int64_t r = 0; r < m; r += 8) block(n0 + r, t + r, rows);
-      out.narrow(1, n0, m).copy_(at::mm(xf, tile.narrow(1, 0, m)));
-    }
-  });
-  return out;
-}
-
-}  // namespace
 
 namespace lab {
 
@@ -198,7 +181,7 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
   const auto* sp = reinterpret_cast<const uint16_t*>(sz.data_ptr<c10::BFloat16>());
   // block b: its words at wp + b * groups * 32, its scales at sp + b * groups * 16
   if (m > kFewRows)
-    return many_rows_in_blocks(x, n, k, [&](int64_t r, float* t, int64_t ld) {
+    return many_rows<true>(x, n, k, [&](int64_t r, float* t, int64_t ld) {
       int4_block_columns(wp + r / 8 * groups * 32, sp + r / 8 * groups * 16, groups, t, ld);
     });
   at::Tensor out = out_of(slot, {m, n}, x.options());
