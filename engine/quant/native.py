@@ -289,7 +289,7 @@ def unscales4(s: Tensor) -> Tensor:
     return s.reshape(n // 8, g, 2, 8).permute(1, 0, 3, 2).reshape(g, n, 2).contiguous()
 
 
-def takes_int4(k: int, group: int, n: int = 8) -> bool:
+def takes_int4(k: int, group: int, n: int) -> bool:
     """Whether an int4 matrix of ``n`` rows and ``k`` columns in groups of ``group`` runs on
     our kernel (blocks of 8 rows)."""
     return group == 32 and k % 64 == 0 and n % 8 == 0 and usable()

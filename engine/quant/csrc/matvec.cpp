@@ -179,10 +179,11 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
               "int4 scales must be contiguous bfloat16 [N, 2, K / 32]");
   const auto* wp = reinterpret_cast<const uint32_t*>(w.data_ptr<uint8_t>());
   const auto* sp = reinterpret_cast<const uint16_t*>(sz.data_ptr<c10::BFloat16>());
-  // block b: its words at wp + b * groups * 32, its scales at sp + b * groups * 16
+  auto words = [&](int64_t b) { return wp + b * groups * 32; };  // block b's, rows 8b..8b+7
+  auto scales = [&](int64_t b) { return sp + b * groups * 16; };
   if (m > kFewRows)
     return many_rows<true>(x, n, k, [&](int64_t r, float* t, int64_t ld) {
-      int4_block_columns(wp + r / 8 * groups * 32, sp + r / 8 * groups * 16, groups, t, ld);
+      int4_block_columns(words(r / 8), scales(r / 8), groups, t, ld);
     });
   at::Tensor out = out_of(slot, {m, n}, x.options());
   auto* op = out.data_ptr<c10::BFloat16>();
@@ -195,8 +196,7 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
     float got[8];
     for (int64_t blk = a; blk < b; ++blk)
       for (int64_t i = 0; i < m; ++i) {
-        dot_int4_block(wp + blk * groups * 32, sp + blk * groups * 16, rows[i],
-                       pairs[i].data(), groups, got);
+        dot_int4_block(words(blk), scales(blk), rows[i], pairs[i].data(), groups, got);
         for (int j = 0; j < 8; ++j) op[i * n + blk * 8 + j] = c10::BFloat16(got[j]);
       }
   });
