@@ -8,8 +8,9 @@ a reference; PyTorch's kernels and operations otherwise.
 Why they exist: PyTorch's weight-only kernels are bound by their arithmetic on a 2-core CPU
 (``_weight_int8pack_mm`` about 5 G weights a second a core, the int4 one 12), so a
 quantised token reads its weights at a fraction of the memory's speed
-(resources/notes/quantized-weights.md). Ours meet the integer weights with 16-bit activations
-(each group of 32 with its own scale) in integer dot products; see the C++ file's head.
+(resources/notes/quantized-weights.md). Ours meet the integer weights with integer activations
+(each group of 32 with its own scale: int16 for int8's products, 15 bits for int4's) in
+integer dot products; see the C++ file's head.
 
 Built once per CPU and torch (``-march=native``: AVX512-VNNI, AVX-512, AVX2 or plain C++)
 with ``torch.utils.cpp_extension`` into the user's cache, a few seconds; the build and a
@@ -60,6 +61,10 @@ LAYOUT = "lab8"
 # The CPU the build is for: this one by default; the tests build the AVX2 and plain C++ paths
 # too (haswell, x86-64) in a child process, whatever this machine has.
 MARCH = "DECODING_LAB_NATIVE_MARCH"
+# The activations' integer grids (csrc/dots.h): int8's products take them as int16, int4's
+# in 15 bits (two bytes each, x = 128 h + l): an element is off by max|x_g| / (2 grid) at most
+INT8_GRID = 32767
+INT4_GRID = 16383
 BUILD_WAIT_S = 180  # a build takes ~6 s here; another process's, waited for this long
 _state: dict[str, str] = {}
 
@@ -173,21 +178,26 @@ def _compile(folder: Path) -> None:
 
 
 def bound(
-    x: Tensor, w: Tensor, ref: Tensor, few_rows: bool, rounded: Tensor | None = None
+    x: Tensor,
+    w: Tensor,
+    ref: Tensor,
+    few_rows: bool,
+    rounded: Tensor | None = None,
+    grid: int = INT8_GRID,
 ) -> Tensor:
     """How far the kernels' product of x [M, K] (bfloat16) and the float weights w [N, K]
     they stand for may be from the exact one ``ref`` [M, N]: the output's rounding to
     bfloat16 (half a unit: at most 2^-8 of it), float32 sums of K terms (K 2^-24 of the sum of
     |x w|), and, for a few rows of x (the integer products), each activation off by at most
-    half its group's step, max|x_g| / 65,534 (a group under 1e-30 counts as zeros: off by
-    its max), times the weight it meets: ``rounded`` [N, K]
-    (int4: scale * u, the kernel's integers times their scale; default |w|)."""
+    half its group's step, max|x_g| / (2 ``grid``) (``INT8_GRID`` or ``INT4_GRID``; a group
+    under 1e-30 counts as zeros: off by its max), times the weight it meets: ``rounded``
+    [N, K] (int4: scale * u, the kernel's integers times their scale; default |w|)."""
     xd, wd = x.double(), w.double()
     slack = xd.abs() @ wd.abs().t()
     out = ref.abs() * 2.0**-8 + slack * (x.shape[1] * 2.0**-24) + 1e-33  # 1e-33: tiny sums
     if few_rows:
         top = xd.reshape(x.shape[0], -1, 32).abs().amax(-1, keepdim=True)
-        step = torch.where(top < 1e-30, top, top / 65534.0)  # a group under 1e-30: zeros
+        step = torch.where(top < 1e-30, top, top / (2.0 * grid))  # under 1e-30: zeros
         per_column = step.expand(-1, -1, 32).reshape(x.shape)
         meets = wd.abs() if rounded is None else rounded.double().abs()
         out = out + per_column @ meets.t()
@@ -217,10 +227,12 @@ def agrees(n: int, k: int, rows: int, seed: int = 44) -> bool:
     got8 = torch.ops.decoding_lab.int8_mm(x, q8.view(n, k // 32, 32), s8)
     got4 = torch.ops.decoding_lab.int4_mm(x, pack4(u4), scales4(sz))
     few = rows <= 4
-    for got, ref_w, meets in ((got8, dequantize_int8(q8, s8), None),
-                              (got4, dequantize_int4(u4, sz), scaled_u(u4, sz))):  # fmt: skip
+    for got, ref_w, meets, grid in (
+        (got8, dequantize_int8(q8, s8), None, INT8_GRID),
+        (got4, dequantize_int4(u4, sz), scaled_u(u4, sz), INT4_GRID),
+    ):
         ref = x.double() @ ref_w.double().t()
-        if not bool(((got.double() - ref).abs() <= bound(x, ref_w, ref, few, meets)).all()):
+        if not bool(((got.double() - ref).abs() <= bound(x, ref_w, ref, few, meets, grid)).all()):
             return False
     return True
 

@@ -48,6 +48,11 @@ def _case(kind: str, rows: int, n: int = 160, k: int = 384, seed: int = 3):
     return x, native.pack4(u), native.scales4(sz), dequantize_int4(u, sz), native.scaled_u(u, sz)
 
 
+def _grid(kind: str) -> int:
+    """The activations' integer grid of the kind's products."""
+    return native.INT4_GRID if kind == "int4" else native.INT8_GRID
+
+
 # (n, k): a few plain rows; 167 rows (int8: a tail past the blocks of 4 rows; int4: 160, 20
 # blocks of 8) of 1088 columns (34 groups); 600 rows (two tiles of 512)
 SHAPES = [(160, 384), (167, 1088), (600, 64)]
@@ -63,7 +68,7 @@ def test_products_are_within_their_bound_of_the_exact_product(kind, rows, n, k):
     assert got.dtype == COMPUTE and got.shape == (rows, w.shape[0])
     ref = x.double() @ wf.double().t()
     err = (got.double() - ref).abs()
-    bound = native.bound(x, wf, ref, rows <= 4, meets)
+    bound = native.bound(x, wf, ref, rows <= 4, meets, _grid(kind))
     assert bool((err <= bound).all()), (err / bound).max()
     # and the bound is tight enough to mean something: a few percent of the output at most
     assert float((bound / ref.abs().clamp_min(1.0)).median()) < 0.02
@@ -71,7 +76,7 @@ def test_products_are_within_their_bound_of_the_exact_product(kind, rows, n, k):
 
 @needs_native
 @pytest.mark.parametrize("kind", ["int8", "int4"])
-def test_activations_the_int16_grid_holds_give_the_product_to_its_last_rounding(kind):
+def test_activations_the_integer_grid_holds_give_the_product_to_its_last_rounding(kind):
     """Each group's elements are -max, 0 or +max: the integer route rounds nothing but the
     output, so it must equal the float64 product to bfloat16's half unit. Fails with a wrong
     group scale, a nibble read from the wrong half or a zero point off by one."""
@@ -211,14 +216,14 @@ def test_any_number_of_threads_gives_the_same_numbers(kind):
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_a_group_of_tiny_activations_counts_as_zeros(kind):
     x, w, s, wf, meets = _case(kind, 2, 64, 128)
-    x[0, 32:64] = 1e-36  # a bfloat16 the int16 grid's 32767 / max would overflow for
+    x[0, 32:64] = 1e-36  # a bfloat16 the integer grid's 32767 / max would overflow for
     x[1] = 1e-36
     got = mm(x, w, s, False).double()
     ref = x.double() @ wf.double().t()
     assert bool(got.isfinite().all())
     if kind == "int8":  # int4 keeps its zero points' exact sums of the row
         assert bool((got[1] == 0).all())
-    assert bool(((got - ref).abs() <= native.bound(x, wf, ref, True, meets)).all())
+    assert bool(((got - ref).abs() <= native.bound(x, wf, ref, True, meets, _grid(kind))).all())
 
 
 @needs_native

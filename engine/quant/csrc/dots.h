@@ -1,6 +1,7 @@
 // The integer dot products of the lab's int8 / int4 kernels (engine/quant/csrc/matvec.cpp
-// includes this once): activations as int16 in groups of 32; int8's one weight row against
-// one quantised row of x, int4's a block of 8 rows in the lanes of one vector; for
+// includes this once): activations as integers in groups of 32 (int8's int16, int4's 15
+// bits in two bytes); int8's one weight row against one quantised row of x, int4's a block of
+// 8 rows in the lanes of one vector; for
 // AVX512-VNNI / AVX-512, AVX2 or plain C++ (chosen by -march).
 
 #pragma once
@@ -55,15 +56,21 @@ inline float bf16(uint16_t bits) {
   return f;
 }
 
-// One row of x as int16 in groups of 32 (xq), each group's scale (r) and, for int4, its sum
-// in float32 (sum).
+// One row of x as integers in groups of 32 (xq), each group's scale (r) and, for int4, its
+// sum in float32 (sum). The grid: int8's products take int16 (r = max|x_g| / 32767); int4's
+// 15 bits (r = max|x_g| / 16383), so that each splits into two bytes, x = 128 h + l with h
+// in [-128, 127] and l in [0, 127], for the byte dot products (int4_bytes).
+constexpr int kInt8Grid = 32767;
+constexpr int kInt4Grid = 16383;
+
 struct QuantRow {
   std::vector<int16_t> xq;
   std::vector<float> r, sum;
 };
 
-void quantise_row(const c10::BFloat16* x, int64_t k, QuantRow& out) {
+void quantise_row(const c10::BFloat16* x, int64_t k, int grid, QuantRow& out) {
   const int64_t groups = k / kGroup;
+  const float top = static_cast<float>(grid);
   out.xq.resize(k);
   out.r.resize(groups);
   out.sum.resize(groups);
@@ -77,15 +84,15 @@ void quantise_row(const c10::BFloat16* x, int64_t k, QuantRow& out) {
       total += v[j];
     }
     // NaN or infinity: the group's scale is NaN, carried into every product that reads it.
-    // A group under 1e-30 counts as zeros (32767 / amax would overflow; its products are
+    // A group under 1e-30 counts as zeros (grid / amax would overflow; its products are
     // below anything a bfloat16 output keeps beside the other groups').
     const bool finite = std::isfinite(amax);
     const bool tiny = finite && amax < 1e-30f;
     if (tiny) amax = 0.f;
-    const float inv = (finite && amax > 0.f) ? 32767.f / amax : 0.f;
+    const float inv = (finite && amax > 0.f) ? top / amax : 0.f;
     for (int j = 0; j < kGroup; ++j)
       out.xq[g * kGroup + j] = finite ? static_cast<int16_t>(std::nearbyint(v[j] * inv)) : 0;
-    out.r[g] = finite ? amax / 32767.f : std::numeric_limits<float>::quiet_NaN();
+    out.r[g] = finite ? amax / top : std::numeric_limits<float>::quiet_NaN();
     out.sum[g] = total;
   }
 }
@@ -107,19 +114,6 @@ inline __m512i dot16(__m512i acc, __m512i a, __m512i b) {
   return _mm512_dpwssd_epi32(acc, a, b);
 #else
   return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
-#endif
-}
-#endif
-
-#if defined(__AVX2__)
-// 16 int16 pairs multiplied, summed in twos and added to acc: 8 int32
-inline __m256i dot16y(__m256i acc, __m256i a, __m256i b) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpwssd_epi32(acc, a, b);
-#elif defined(__AVXVNNI__)
-  return _mm256_dpwssd_avx_epi32(acc, a, b);
-#else
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 #endif
 }
 #endif
@@ -184,25 +178,38 @@ void dot_int8(const int8_t* w, int64_t stride, const QuantRow& x, int64_t k, flo
 //
 // Layout (engine/quant/native.py's pack4 / scales4): a block of 8 rows holds, for each group
 // of 32 columns and each of its 4 chunks of 8 columns, the 8 rows' 32-bit words, one a row:
-// nibble t of a word is column 8c + t (bits 4t..4t+3), so byte t / 2 holds columns t and
-// t + 1. The block's scales follow the same order: per group, the 8 rows' scales, then their
-// zeros (bfloat16). Masking a word with 0x000F000F gives int16 pairs (column j, column 4 + j)
-// and shifting it by 4j the others, so each vpdpwssd multiplies 16 weights by one broadcast
-// pair of activations and sums straight into the row's own lane: no sum across lanes, and a
-// group's factor is one 8-lane multiply for 8 rows. Against one row at a time (stop 49, AMD
-// EPYC Zen 4, both kernels in one process, alternated, best of 150 passes): 30 SmolLM2-135M
-// -shape layers 5.23 -> 3.53 ms on 1 thread, 3.42 -> 2.50 ms on 2; 24 Qwen2.5-0.5B-shape
-// layers 16.3 -> 11.3 and 10.9 -> 8.1 ms.
+// nibble t of a word is column 8c + t (bits 4t..4t+3), so byte b holds columns 2b and 2b + 1.
+// The block's scales follow the same order: per group, the 8 rows' scales, then their zeros
+// (bfloat16). Masking a word's bytes with 0x0F gives each row's columns 8c + 0, 2, 4, 6 as
+// unsigned bytes, shifting it by 4 first its columns 8c + 1, 3, 5, 7; each vpdpbusd
+// multiplies those 4 bytes in each of the 8 rows' lanes by one broadcast 4 bytes of x's
+// (int4_bytes) and sums them into the row's own lane: no sum across lanes, and a group's
+// factor is one 8-lane multiply for 8 rows. x's 15-bit integers meet the weights in two
+// byte halves, x = 128 h + l, so each chunk takes 4 byte products where 16-bit pairs took 4
+// products and 3 more shifts and masks.
+// Stop 49 (AMD EPYC Zen 4, both kernels in one process, alternated, best of 150 passes),
+// blocks of 8 rows against one row at a time: 30 SmolLM2-135M-shape layers 5.23 -> 3.53 ms on
+// 1 thread, 3.42 -> 2.50 ms on 2; 24 Qwen2.5-0.5B-shape layers 16.3 -> 11.3 and 10.9 -> 8.1
+// ms. Stop 50 (the same machine), byte products against 16-bit pairs, one 576 x 576 matrix
+// in cache: 9.1 -> 6.8 us on 1 thread, 5.0 -> 3.9 us on 2.
 
-// x's int16 pairs in the words' order: xp[g * 16 + c * 4 + j] = (x[8c + j], x[8c + 4 + j])
-void int4_pairs(const QuantRow& x, int64_t k, std::vector<int32_t>& xp) {
-  xp.resize(k / 2);
-  for (int64_t c8 = 0; c8 < k / 8; ++c8)
-    for (int j = 0; j < 4; ++j) {
-      const auto lo = static_cast<uint16_t>(x.xq[c8 * 8 + j]);
-      const auto hi = static_cast<uint16_t>(x.xq[c8 * 8 + 4 + j]);
-      xp[c8 * 4 + j] = static_cast<int32_t>(uint32_t(lo) | (uint32_t(hi) << 16));
+// x's bytes in the words' order (x's xq on int4's grid): xb[g * 16 + c * 4 + q] holds, for
+// chunk c's columns 8c + {0, 2, 4, 6} (q even) or 8c + {1, 3, 5, 7} (q odd), their h (q < 2)
+// or l (q >= 2) bytes
+void int4_bytes(const QuantRow& x, int64_t k, std::vector<int32_t>& xb) {
+  xb.resize(k / 2);
+  for (int64_t c8 = 0; c8 < k / 8; ++c8) {
+    const int16_t* v = x.xq.data() + c8 * 8;
+    for (int q = 0; q < 4; ++q) {
+      uint32_t word = 0;
+      for (int b = 0; b < 4; ++b) {
+        const int col = 2 * b + (q & 1);
+        const int part = q < 2 ? (v[col] >> 7) : (v[col] & 127);  // arithmetic shift: h
+        word |= uint32_t(uint8_t(part)) << (8 * b);
+      }
+      xb[c8 * 4 + q] = static_cast<int32_t>(word);
     }
+  }
 }
 
 #if defined(__AVX2__)
@@ -210,32 +217,48 @@ inline __m256 bf16x8(const uint16_t* p) {
   return _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
 }
+
+// 4 unsigned bytes times 4 signed bytes in each 32-bit lane, summed and added to acc (the
+// products are at most 15 x 128: vpmaddubsw's int16 pairs cannot saturate)
+inline __m256i dot4y(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, u, s);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(
+      acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
 #endif
 
 // One block's 8 outputs: out[i] = sum over groups of scale_g r_g (u_g . xq_g) + (zero_g -
 // 8 scale_g) sum_g, for the block's words w (groups x 4 x 8) and scales sz (groups x 16)
 void dot_int4_block(const uint32_t* w, const uint16_t* sz, const QuantRow& x,
-                    const int32_t* xp, int64_t groups, float* out) {
+                    const int32_t* xb, int64_t groups, float* out) {
 #if defined(__AVX2__)
-  const __m256i mask = _mm256_set1_epi32(0x000F000F);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     const uint32_t* wg = w + g * 32;
     ahead_to_l1(wg);
     ahead_to_l1(wg + 16);
-    const int32_t* xg = xp + g * 16;
-    __m256i part[4];
-    for (int c = 0; c < 4; ++c) {  // four chains side by side
+    const int32_t* xg = xb + g * 16;
+    // four chains side by side: h and l bytes of the even and odd columns
+    __m256i he = _mm256_setzero_si256(), ho = he, le = he, lo = he;
+    for (int c = 0; c < 4; ++c) {
       const __m256i v = _mm256_loadu_si256((const __m256i*)(wg + c * 8));
+      const __m256i even = _mm256_and_si256(v, mask);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 4), mask);
       const int32_t* xc = xg + c * 4;
-      __m256i q = dot16y(_mm256_setzero_si256(), _mm256_and_si256(v, mask),
-                         _mm256_set1_epi32(xc[0]));
-      q = dot16y(q, _mm256_and_si256(_mm256_srli_epi32(v, 4), mask), _mm256_set1_epi32(xc[1]));
-      q = dot16y(q, _mm256_and_si256(_mm256_srli_epi32(v, 8), mask), _mm256_set1_epi32(xc[2]));
-      part[c] = dot16y(q, _mm256_srli_epi16(v, 12), _mm256_set1_epi32(xc[3]));
+      he = dot4y(he, even, _mm256_set1_epi32(xc[0]));
+      ho = dot4y(ho, odd, _mm256_set1_epi32(xc[1]));
+      le = dot4y(le, even, _mm256_set1_epi32(xc[2]));
+      lo = dot4y(lo, odd, _mm256_set1_epi32(xc[3]));
     }
-    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(part[0], part[1]),
-                                         _mm256_add_epi32(part[2], part[3]));
+    // |sum| <= 32 x 15 x 16384: exact in int32
+    const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(_mm256_add_epi32(he, ho), 7),
+                                         _mm256_add_epi32(le, lo));
     const __m256 scale = bf16x8(sz + g * 16), zero = bf16x8(sz + g * 16 + 8);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
                           _mm256_mul_ps(scale, _mm256_set1_ps(x.r[g])), acc);
@@ -259,7 +282,7 @@ void dot_int4_block(const uint32_t* w, const uint16_t* sz, const QuantRow& x,
     }
   }
   for (int i = 0; i < 8; ++i) out[i] = acc[i] + off[i];
-  (void)xp;
+  (void)xb;
 #endif
 }
 

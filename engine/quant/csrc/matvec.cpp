@@ -4,9 +4,10 @@
 // Why: PyTorch's weight-only kernels (_weight_int8pack_mm, _weight_int4pack_mm_for_cpu) are
 // bound by their arithmetic on a 2-core CPU, not by memory (resources/notes/
 // quantized-weights.md, "Stop 43" and "Stop 44"). Here each group of 32 activations becomes
-// int16 with its own scale (r = max|x| / 32767 over the group: an element is off by at most
-// r / 2), and the integer weights meet them in 16-bit integer dot products (AVX512-VNNI's
-// vpdpwssd, or vpmaddwd on AVX-512 / AVX2), so a weight costs a fraction of an instruction.
+// integers with its own scale (r = max|x| / 32767 over the group for int8, int16; / 16383 for
+// int4, 15 bits: an element is off by at most r / 2), and the integer weights meet them in
+// integer dot products (int8: 16-bit, AVX512-VNNI's vpdpwssd or vpmaddwd; int4: bytes, x's
+// two byte halves, vpdpbusd or vpmaddubsw), so a weight costs a fraction of an instruction.
 // Sums are exact in int32 within a group, then scaled and added in float32; the output is
 // rounded to bfloat16 like PyTorch's kernels.
 //
@@ -56,12 +57,12 @@ void check_x(const at::Tensor& x, int64_t k, int64_t multiple) {
 
 // x's rows quantised, in this thread's buffers (reused from call to call: a token's ~120
 // products allocated and freed four vectors each)
-const std::vector<QuantRow>& quantise_rows(const at::Tensor& x) {
+const std::vector<QuantRow>& quantise_rows(const at::Tensor& x, int grid) {
   const int64_t m = x.size(0), k = x.size(1);
   thread_local std::vector<QuantRow> rows;
   rows.resize(m);
   const auto* xp = x.data_ptr<c10::BFloat16>();
-  for (int64_t i = 0; i < m; ++i) quantise_row(xp + i * k, k, rows[i]);
+  for (int64_t i = 0; i < m; ++i) quantise_row(xp + i * k, k, grid, rows[i]);
   return rows;
 }
 
@@ -150,7 +151,7 @@ at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
     }, head ? at::kFloat : at::kBFloat16);
     return y;
   }
-  const std::vector<QuantRow>& rows = quantise_rows(x);
+  const std::vector<QuantRow>& rows = quantise_rows(x, kInt8Grid);
   if (head) {
     at::Tensor out = out_of(slot, {m, n}, x.options().dtype(at::kFloat));
     int8_rows(wp, scale, rows, n, k, out.data_ptr<float>());
@@ -187,16 +188,16 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s
     });
   at::Tensor out = out_of(slot, {m, n}, x.options());
   auto* op = out.data_ptr<c10::BFloat16>();
-  const std::vector<QuantRow>& rows = quantise_rows(x);
+  const std::vector<QuantRow>& rows = quantise_rows(x, kInt4Grid);
   thread_local std::vector<std::vector<int32_t>> kept;  // this thread's, reused
-  std::vector<std::vector<int32_t>>& pairs = kept;      // the workers read the caller's
-  pairs.resize(m);
-  for (int64_t i = 0; i < m; ++i) int4_pairs(rows[i], k, pairs[i]);
+  std::vector<std::vector<int32_t>>& bytes = kept;      // the workers read the caller's
+  bytes.resize(m);
+  for (int64_t i = 0; i < m; ++i) int4_bytes(rows[i], k, bytes[i]);
   at::parallel_for(0, n / 8, 2, [&](int64_t a, int64_t b) {
     float got[8];
     for (int64_t blk = a; blk < b; ++blk)
       for (int64_t i = 0; i < m; ++i) {
-        dot_int4_block(words(blk), scales(blk), rows[i], pairs[i].data(), groups, got);
+        dot_int4_block(words(blk), scales(blk), rows[i], bytes[i].data(), groups, got);
         for (int j = 0; j < 8; ++j) op[i * n + blk * 8 + j] = c10::BFloat16(got[j]);
       }
   });
