@@ -68,6 +68,14 @@ struct QuantRow {
   std::vector<float> r, sum;
 };
 
+#if defined(__AVX512BW__)
+// 16 bfloat16 as float32
+inline __m512 bf16x16(const c10::BFloat16* p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+#endif
+
 void quantise_row(const c10::BFloat16* x, int64_t k, int grid, QuantRow& out) {
   const int64_t groups = k / kGroup;
   const float top = static_cast<float>(grid);
@@ -75,23 +83,45 @@ void quantise_row(const c10::BFloat16* x, int64_t k, int grid, QuantRow& out) {
   out.r.resize(groups);
   out.sum.resize(groups);
   for (int64_t g = 0; g < groups; ++g) {
-    float v[kGroup];
+    const c10::BFloat16* xg = x + g * kGroup;
+    int16_t* q = out.xq.data() + g * kGroup;
+#if defined(__AVX512BW__)
+    // the scalar loop's numbers (its products and rounding; the sum in another order) in a
+    // fraction of its time: a token's ~120 rows were 2% of it
+    const __m512 a = bf16x16(xg), b = bf16x16(xg + 16);
+    const bool nan = (_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) |
+                      _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q)) != 0;
+    float amax = nan ? std::numeric_limits<float>::quiet_NaN()
+                     : _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    const float total = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+#else
     float amax = 0.f, total = 0.f;
     for (int j = 0; j < kGroup; ++j) {
-      v[j] = static_cast<float>(x[g * kGroup + j]);
-      const float a = std::fabs(v[j]);
+      const float v = static_cast<float>(xg[j]);
+      const float a = std::fabs(v);
       if (a > amax || std::isnan(a)) amax = a;  // a NaN stays, whatever follows
-      total += v[j];
+      total += v;
     }
+#endif
     // NaN or infinity: the group's scale is NaN, carried into every product that reads it.
     // A group under 1e-30 counts as zeros (grid / amax would overflow; its products are
     // below anything a bfloat16 output keeps beside the other groups').
     const bool finite = std::isfinite(amax);
-    const bool tiny = finite && amax < 1e-30f;
-    if (tiny) amax = 0.f;
+    if (finite && amax < 1e-30f) amax = 0.f;
     const float inv = (finite && amax > 0.f) ? top / amax : 0.f;
+#if defined(__AVX512BW__)
+    // rounded to nearest, ties to even (the default mode, as std::nearbyint), |x inv| <= grid
+    const __m512 m = _mm512_set1_ps(inv);
+    auto to_int = [&](__m512 v) {
+      return _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(v, m)));
+    };
+    _mm256_storeu_si256((__m256i*)q, to_int(a));
+    _mm256_storeu_si256((__m256i*)(q + 16), to_int(b));
+    if (!finite) std::fill(q, q + kGroup, int16_t{0});
+#else
     for (int j = 0; j < kGroup; ++j)
-      out.xq[g * kGroup + j] = finite ? static_cast<int16_t>(std::nearbyint(v[j] * inv)) : 0;
+      q[j] = finite ? static_cast<int16_t>(std::nearbyint(static_cast<float>(xg[j]) * inv)) : 0;
+#endif
     out.r[g] = finite ? amax / top : std::numeric_limits<float>::quiet_NaN();
     out.sum[g] = total;
   }
