@@ -95,7 +95,7 @@ def test_activations_the_integer_grid_holds_give_the_product_to_its_last_roundin
 
 @needs_native
 @pytest.mark.parametrize("kind", ["int8", "int4"])
-@pytest.mark.parametrize("rows", [2, 9])
+@pytest.mark.parametrize("rows", [2, 3, 9])  # 2, 3: the integer products; 9: the tiles
 def test_rows_of_zeros_stay_zero_and_nan_or_inf_stay_in_their_row(kind, rows):
     x, w, s, _, _ = _case(kind, rows)
     x[0] = 0
@@ -216,7 +216,7 @@ def test_any_number_of_threads_gives_the_same_numbers(kind):
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_a_group_of_tiny_activations_counts_as_zeros(kind):
     x, w, s, wf, meets = _case(kind, 2, 64, 128)
-    x[0, 32:64] = 1e-36  # a bfloat16 the integer grid's 32767 / max would overflow for
+    x[0, 32:64] = 1e-36  # a bfloat16 the integer grid's 32767 (16383) / max would overflow for
     x[1] = 1e-36
     got = mm(x, w, s, False).double()
     ref = x.double() @ wf.double().t()

@@ -213,6 +213,8 @@ std::string isa() {
   return "avx512-vnni";
 #elif defined(__AVX512BW__)
   return "avx512";
+#elif defined(__AVXVNNI__) && defined(__AVX2__)
+  return "avx-vnni";
 #elif defined(__AVX2__)
   return "avx2";
 #else
