@@ -251,6 +251,17 @@ inline __m256 bf16x8(const uint16_t* p) {
 }
 #endif
 
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+// 4 unsigned bytes times 4 signed bytes in each 32-bit lane, summed and added to acc
+inline __m256i dot4y(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#endif
+}
+#endif
+
 // One block's 8 outputs: out[i] = sum over groups of scale_g r_g (u_g . xq_g) + (zero_g -
 // 8 scale_g) sum_g, for the block's words w (groups x 4 x 8) and scales sz (groups x 16)
 void dot_int4_block(const uint32_t* w, const uint16_t* sz, const QuantRow& x,
@@ -271,17 +282,10 @@ void dot_int4_block(const uint32_t* w, const uint16_t* sz, const QuantRow& x,
       const __m256i even = _mm256_and_si256(v, mask);
       const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 4), mask);
       const int32_t* xc = xg + c * 4;
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-      he = _mm256_dpbusd_epi32(he, even, _mm256_set1_epi32(xc[0]));
-      ho = _mm256_dpbusd_epi32(ho, odd, _mm256_set1_epi32(xc[1]));
-      le = _mm256_dpbusd_epi32(le, even, _mm256_set1_epi32(xc[2]));
-      lo = _mm256_dpbusd_epi32(lo, odd, _mm256_set1_epi32(xc[3]));
-#else
-      he = _mm256_dpbusd_avx_epi32(he, even, _mm256_set1_epi32(xc[0]));
-      ho = _mm256_dpbusd_avx_epi32(ho, odd, _mm256_set1_epi32(xc[1]));
-      le = _mm256_dpbusd_avx_epi32(le, even, _mm256_set1_epi32(xc[2]));
-      lo = _mm256_dpbusd_avx_epi32(lo, odd, _mm256_set1_epi32(xc[3]));
-#endif
+      he = dot4y(he, even, _mm256_set1_epi32(xc[0]));
+      ho = dot4y(ho, odd, _mm256_set1_epi32(xc[1]));
+      le = dot4y(le, even, _mm256_set1_epi32(xc[2]));
+      lo = dot4y(lo, odd, _mm256_set1_epi32(xc[3]));
     }
     const __m256i h32 = _mm256_add_epi32(he, ho), l32 = _mm256_add_epi32(le, lo);
 #else
