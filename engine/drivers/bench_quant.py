@@ -91,7 +91,7 @@ def _rate(model: torch.nn.Module, ids: list[int], n: int) -> tuple[float, float,
 
 def _rows(
     models: dict[str, torch.nn.Module], ids: list[int], n: int, copy_bw: float,
-    say: Callable[[str], None], title: str, rounds: int = 3,
+    say: Callable[[str], None], title: str, rounds: int = 5,
 ) -> dict[str, Any]:  # fmt: skip
     """Each model's rates and its matrix products alone, alternated over ``rounds`` rounds
     (a load spike falls on all alike), best of each. Both are measured alike: a model's

@@ -175,7 +175,7 @@ class Spec:
     def device(self) -> torch.device:
         return self.embed.device
 
-    def args(self, onednn: bool) -> dict[str, Any]:
+    def args(self, onednn: bool, lab_attention: bool = False) -> dict[str, Any]:
         """The step's keyword arguments that stay the same from call to call."""
         return dict(
             embed=self.embed, embed_scale=self.embed_scale, wpe=self.wpe, layers=self.layers,
@@ -186,7 +186,7 @@ class Spec:
             head_dim=self.head_dim, eps=self.eps, norm_kind=self.norm_kind,
             act_kind=self.act_kind, gated=self.gated, attn_scale=self.attn_scale,
             attn_softcap=self.attn_softcap, final_softcap=self.final_softcap,
-            window=self.window, onednn=onednn,
+            window=self.window, onednn=onednn, lab_attention=lab_attention,
         )  # fmt: skip
 
 

@@ -202,9 +202,7 @@ def fused_here(spec: Spec) -> bool:
     Llama-shaped model on the CPU (RMS norms and no others in the layers, a gated SiLU, one
     rotary table, no soft cap) in bfloat16 (an int8 / int4 model's, or a bfloat16 one's) or
     float32, where the lab's kernels are built. A quantised layer runs the lab's own steps; a
-    float one torch's own (the lab's attention's float32 probabilities parted from
-    transformers.generate's greedy tokens at a near-tie, token 28 of 64 of SmolLM2's sea
-    poem, where torch's SDPA keeps them)."""
+    float one torch's own, but for a bfloat16 one's attention (``lab_attention_here``)."""
     plain = all(
         layer[s].numel() == 0
         for layer in spec.layers
@@ -222,6 +220,21 @@ def fused_here(spec: Spec) -> bool:
     if not quantised and any(scales):  # some layers quantised, some not
         return False
     return not switched_off("DECODING_LAB_FUSED") and native.usable()
+
+
+def lab_attention_here(spec: Spec) -> bool:
+    """Whether a step's one-query attention runs the lab's kernel with SDPA's rounding
+    (engine/quant/csrc/attention.cpp) where it would call torch's SDPA: a bfloat16 model of
+    float weights on the CPU, where the lab's kernels are built; the whole-token step and the
+    unfused one alike, so the two keep each other's bits. torch's SDPA takes 34 us for
+    SmolLM2's 9 heads over 50 positions in bfloat16 (10 us in float32), the lab's ~5-10 us:
+    ~2 ms of a ~17 ms token. The weights are rounded as SDPA rounds them; with float32
+    weights (a quantised model's) the greedy tokens parted from transformers.generate's at
+    token 4 of SmolLM2's sea poem, with these they stay (tests/engine/test_bundled.py).
+    float32 keeps SDPA, transformers' own bits."""
+    quantised = any(layer[s].numel() > 0 for layer in spec.layers for s in Spec.SCALE_SLOTS)
+    cpu_bf16 = spec.device.type == "cpu" and spec.dtype == torch.bfloat16
+    return cpu_bf16 and not quantised and native.usable()
 
 
 def head_apart(spec: Spec, ready: Prepared) -> bool:
@@ -265,7 +278,7 @@ class FastStepper:
         self._head_apart = head_apart(spec, ready)
         # a sliding window past its length masks the sliding layers: the step above runs
         self._window = spec.window if any(spec.sliding) else 0
-        self._args = spec.args(self.onednn) | {
+        self._args = spec.args(self.onednn, lab_attention_here(spec)) | {
             "layers": self.layers, "lm_head": self.lm_head,
         }  # fmt: skip
         self._forward = cpu_step(self.device, "forward")  # TorchScript on CPU: scripted.py

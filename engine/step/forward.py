@@ -173,9 +173,12 @@ def decoder_layer(
     x: Tensor, w: list[Tensor], i: int, layer: Tensor, pos: Tensor, cos_sin: list[Tensor],
     mask: Tensor | None, k_all: Tensor, v_all: Tensor, attn_len: int, n_heads: int,
     n_kv: int, head_dim: int, rot: int, eps: float, norm_kind: int, act_kind: int,
-    gated: bool, attn_scale: float, attn_softcap: float, onednn: bool,
+    gated: bool, attn_scale: float, attn_softcap: float, onednn: bool, lab_attention: bool,
 ) -> Tensor:  # fmt: skip
-    """One decoder layer over x [n, hidden] (``cos_sin`` empty: no rotary)."""
+    """One decoder layer over x [n, hidden] (``cos_sin`` empty: no rotary). ``lab_attention``:
+    one query without a mask or soft cap takes the lab's attention with SDPA's rounding
+    (engine/quant/csrc/attention.cpp), as the lab's whole-token step does (a bfloat16 model
+    on the CPU: engine.step.fastpath.lab_attention_here)."""
     n = x.shape[0]
     q_size, kv_size = n_heads * head_dim, n_kv * head_dim
     h = norm(x, w[IN_W], w[IN_B], norm_kind, eps)
@@ -188,10 +191,15 @@ def decoder_layer(
     if len(cos_sin) > 0:
         qk = rotate(qk, cos_sin[0], cos_sin[1], rot)
     write_kv(k_all, v_all, layer, pos, qk[n_heads:].transpose(0, 1), v.transpose(0, 1))
-    att = attend(
-        qk[:n_heads], k_all[i, :, :attn_len], v_all[i, :, :attn_len], mask, attn_scale,
-        attn_softcap, n_heads != n_kv,
-    )  # fmt: skip
+    if lab_attention and n == 1 and mask is None and attn_softcap <= 0.0:
+        att = torch.ops.decoding_lab.decode_attention(
+            qk[:n_heads], k_all, v_all, i, attn_len, attn_scale, True
+        )
+    else:
+        att = attend(
+            qk[:n_heads], k_all[i, :, :attn_len], v_all[i, :, :attn_len], mask, attn_scale,
+            attn_softcap, n_heads != n_kv,
+        )  # fmt: skip
     a = affine(att.transpose(0, 1).reshape(n, q_size), w[O_W], w[O_S], w[O_B], onednn)
     if w[PA_W].numel() > 0:  # Gemma: norm the attention output before the residual
         a = norm(a, w[PA_W], w[PA_B], norm_kind, eps)
@@ -215,7 +223,7 @@ def forward(
     k_all: Tensor, v_all: Tensor, inv_freqs: list[Tensor], rope_scales: list[float], rot: int,
     n_heads: int, n_kv: int, head_dim: int, eps: float, norm_kind: int, act_kind: int,
     gated: bool, attn_scale: float, attn_softcap: float, final_softcap: float, window: int,
-    keep: int, onednn: bool,
+    keep: int, onednn: bool, lab_attention: bool,
 ) -> Tensor:  # fmt: skip
     """One pass of a decoder over ``ids`` at ``pos`` (the module doc has the shapes)."""
     n = ids.shape[0]
@@ -234,7 +242,7 @@ def forward(
             x, layers[i], i, layer_ids[i : i + 1], pos,
             tables[rope_of[i]] if len(tables) > 0 else no_rotary, mask, k_all, v_all,
             attn_len, n_heads, n_kv, head_dim, rot, eps, norm_kind, act_kind, gated,
-            attn_scale, attn_softcap, onednn,
+            attn_scale, attn_softcap, onednn, lab_attention,
         )  # fmt: skip
     x = norm(x[n - keep :], final_w, final_b, norm_kind, eps)
     logits = mm(x, lm_head, lm_head_s, onednn)

@@ -32,7 +32,7 @@ SCHEMAS = (
     "rope_kv(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) k_all, Tensor(b!) v_all, "
     "int layer, Tensor pos, int n_heads, int n_kv, int rot) -> Tensor",
     "decode_attention(Tensor q, Tensor k_all, Tensor v_all, int layer, int attn_len, "
-    "float scale) -> Tensor",
+    "float scale, bool sdpa_rounding=False) -> Tensor",
     # one layer of the Decoder's (csrc/step.cpp), for the tests
     "decode_layer(Tensor x, Tensor[] w, int[] slots, int layer, Tensor pos, Tensor cos, "
     "Tensor sin, Tensor(a!) k_all, Tensor(b!) v_all, int attn_len, int n_heads, int n_kv, "

@@ -9,6 +9,7 @@ from engine import GenerationSession, SamplerSettings
 from engine.models.catalog import BUNDLED, list_bundled, load_bundled, open_model
 from engine.models.loading import MANIFEST, gguf_cache_folder
 from engine.models.verbalize import held_out_inputs, renderings
+from engine.step.fastpath import FastStepper
 
 pytestmark = pytest.mark.slow
 
@@ -142,23 +143,55 @@ def test_tiny_t5_streaming_equals_generate_and_samples_vary(t5):
     assert len(outputs & valid) >= 3
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_smollm2_fast_path_greedy_equals_transformers(smol, dtype):
+def test_smollm2_fast_path_greedy_equals_transformers(smol):
+    """float32: the fast path's greedy run is transformers.generate's, token for token."""
     bundle, _ = smol
-    model = bundle.model.to(getattr(torch, dtype))
+    model = bundle.model
+    ids = bundle.encode_prompt("Write a short poem about the sea.")
+    ref = model.generate(torch.tensor([ids]), max_new_tokens=64, min_new_tokens=64, do_sample=False)
+    session = GenerationSession(
+        model,
+        ids,
+        SamplerSettings(temperature=0, max_new_tokens=64, min_new_tokens=64),
+        eos_token_ids=bundle.eos_token_ids,
+        fast=True,
+    )
+    assert session.fast
+    assert [s.token_id for s in session.stream()] == ref[0, len(ids) :].tolist()
+
+
+def test_smollm2_bfloat16_fast_path_is_transformers_within_its_own_rounding(smol):
+    """bfloat16: the fast path's one-query attention is the lab's, rounded as SDPA rounds but
+    summed in another order (engine.step.fastpath.lab_attention_here), so its logits are not
+    generate's bit for bit. Teacher-forced on generate's 64 tokens of the sea poem, they are
+    no further from generate's than transformers' own uncached forward is (here 0.50 against
+    0.69), and a greedy pick parts from generate's only where generate's top two are closer
+    than that (here once: token 4, an exact tie at 14.1875)."""
+    bundle, _ = smol
+    model = bundle.model.to(torch.bfloat16)
     try:
         ids = bundle.encode_prompt("Write a short poem about the sea.")
-        ref = model.generate(
-            torch.tensor([ids]), max_new_tokens=64, min_new_tokens=64, do_sample=False
-        )
-        session = GenerationSession(
-            model,
-            ids,
-            SamplerSettings(temperature=0, max_new_tokens=64, min_new_tokens=64),
-            eos_token_ids=bundle.eos_token_ids,
-            fast=True,
-        )
-        assert session.fast
-        assert [s.token_id for s in session.stream()] == ref[0, len(ids) :].tolist()
+        out = model.generate(
+            torch.tensor([ids]), max_new_tokens=64, min_new_tokens=64, do_sample=False,
+            output_logits=True, return_dict_in_generate=True,
+        )  # fmt: skip
+        tokens = out.sequences[0, len(ids) :].tolist()
+        stepper = FastStepper(model)
+        assert stepper.fused and stepper._args["lab_attention"]
+        seq, ours, own, gaps, parted = list(ids), 0.0, 0.0, [], []
+        with torch.inference_mode():
+            for i, (token, logits) in enumerate(zip(tokens, out.logits, strict=True)):
+                theirs = logits[0].float()
+                mine = stepper.logits(seq)[-1]
+                uncached = model(torch.tensor([seq])).logits[0, -1].float()
+                ours = max(ours, float((mine - theirs).abs().max()))
+                own = max(own, float((uncached - theirs).abs().max()))
+                top2 = theirs.topk(2).values
+                gaps.append(float(top2[0] - top2[1]))
+                if int(mine.argmax()) != token:
+                    parted.append(i)
+                seq.append(token)
+        assert 0.0 < ours <= 1.25 * own
+        assert len(parted) <= 2 and all(gaps[i] <= own for i in parted), (parted, gaps)
     finally:
         model.to(torch.float32)

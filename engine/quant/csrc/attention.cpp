@@ -1,10 +1,18 @@
-// Attention of one new token's query heads over the KV cache, for a quantised model's layer
-// (step.cpp's Decoder; engine/quant/native.py builds this file with the others): scores,
-// softmax and sums in float32 from the bfloat16 cache, in fixed chunks of positions spread
-// over the threads, each chunk's partial softmax then combined in order, so the numbers do
-// not depend on the number of threads. Within bfloat16's rounding of the exact attention,
-// and no further from it than SDPA (tests/engine/test_fused_layer.py); a float model's layer
-// runs SDPA itself, for the unfused step's bits.
+// Attention of one new token's query heads over the KV cache (step.cpp's Decoder, and the
+// unfused step's one-query attention where engine.step.fastpath turns it on; engine/quant/
+// native.py builds this file with the others): scores, softmax and sums in float32 from the
+// bfloat16 cache, in fixed chunks of positions spread over the threads, each chunk's partial
+// softmax then combined in order, so the numbers do not depend on the number of threads.
+//
+// Two roundings. A quantised model's: the weights stay float32; within bfloat16's rounding
+// of the exact attention and no further from it than SDPA (tests/engine/test_fused_layer.py).
+// A bfloat16 model's (`sdpa_rounding`): torch's CPU SDPA rounds each weight e^(s - max) to
+// bfloat16 before it multiplies V (the sum is of the unrounded ones), its max the largest
+// score of a 512-position block and those before, so this does the same. Its products' sums
+// run in another order than oneDNN's, so an output may sit one bfloat16 unit from SDPA's, on
+// a rare element; transformers' greedy tokens stay (tests/engine/test_bundled.py). SDPA
+// itself costs 34 us for SmolLM2's 9 heads over 50 positions in bfloat16 (one oneDNN gemm
+// call a head and pass), this ~5 us.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -15,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "lab.h"
@@ -37,29 +46,21 @@ struct GroupArgs {
 // not depend on how many there are; small enough that two threads share a short context's
 // few kv heads evenly (SmolLM2's 3 at 40-70 positions: 6-9 units where whole heads split 2 + 1)
 constexpr int64_t kChunk = 32;
+// SDPA's blocks of positions (its kv split, 512 on the CPU): it takes each block's weights
+// against the largest score so far. A multiple of kChunk
+constexpr int64_t kSdpaBlock = 512;
+static_assert(kSdpaBlock % kChunk == 0, "a chunk lies in one block");
 
-// One unit's partial softmax, for each of its `rep` query heads r: the largest score top[r],
-// the sum of e^(score - top) total[r] and the e^(score - top)-weighted sum of the value rows
-// acc[r * d, (r + 1) d), float32. Each key and value row is read and widened once for the
-// query heads that read it. D: the head width, known when the compiler can unroll a row (64,
-// 128), 0 when it is read from `a`
+// One unit's scores: sc[r * n + t] = scale q_r . k_t for its `rep` query heads r over
+// positions [t0, t1) of kv head g (n = t1 - t0), and each head's largest, top[r]; float32,
+// each key row read and widened once for the query heads that read it. D: the head width,
+// known when the compiler can unroll a row (64, 128), 0 when it is read from `a`; `q` holds
+// the rep heads' queries widened, `rw` a row's room
 template <int D>
-void attend_chunk(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* top, float* total,
-                  float* acc) {
+void chunk_scores(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, const float* q,
+                  float* rw, float* sc, float* top) {
   const int64_t d = D > 0 ? D : a.d, rep = a.rep, n = t1 - t0;
-  float qf[8 * 128], score[8 * kChunk], row[128];
-  std::vector<float> spill;  // a head wider than 128 or more than 8 query heads a kv head
-  float* q = qf;
-  float* sc = score;
-  float* rw = row;
-  if (d > 128 || rep > 8) {
-    spill.resize(rep * d + rep * kChunk + d);
-    q = spill.data();
-    sc = q + rep * d;
-    rw = sc + rep * kChunk;
-  }
   const int64_t base = (a.layer * a.kv + g) * a.cap * d;
-  for (int64_t j = 0; j < rep * d; ++j) q[j] = static_cast<float>(a.q[g * rep * d + j]);
   for (int64_t r = 0; r < rep; ++r) top[r] = -INFINITY;
   for (int64_t t = 0; t < n; ++t) {
     const bf16* k = a.k + base + (t0 + t) * d;
@@ -74,6 +75,17 @@ void attend_chunk(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* 
       top[r] = std::max(top[r], dot * a.scale);
     }
   }
+}
+
+// The unit's weights e^(score - top[r]) and their sum total[r], and their weighted sum of
+// the value rows acc[r * d, (r + 1) d), float32. `rounded`: each weight is rounded to
+// bfloat16 before it multiplies its value row (the sum is of the unrounded ones), as torch's
+// CPU SDPA does in bfloat16
+template <int D>
+void chunk_sums(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, bool rounded,
+                float* rw, float* sc, const float* top, float* total, float* acc) {
+  const int64_t d = D > 0 ? D : a.d, rep = a.rep, n = t1 - t0;
+  const int64_t base = (a.layer * a.kv + g) * a.cap * d;
   for (int64_t r = 0; r < rep; ++r) {
     float* sr = sc + r * n;
     const float most = top[r];
@@ -84,6 +96,8 @@ void attend_chunk(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* 
       sum += sr[t];
     }
     total[r] = sum;
+    if (rounded)
+      for (int64_t t = 0; t < n; ++t) sr[t] = static_cast<float>(to_bf16(sr[t]));
   }
   std::fill(acc, acc + rep * d, 0.f);
   for (int64_t t = 0; t < n; ++t) {
@@ -99,16 +113,72 @@ void attend_chunk(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* 
   }
 }
 
+// One unit of work, kv head g's positions [t0, t1): its partial softmax (top[r], total[r],
+// acc[r * d...]) for each of its query heads. `scores` null: the unit's own scores, its own
+// largest as top. Else the scores are already there (the first pass) and top[r] given: the
+// largest of its block of kSdpaBlock positions and those before (SDPA's running maximum)
+template <int D>
+void attend_chunk(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* scores,
+                  float* top, float* total, float* acc) {
+  const int64_t d = D > 0 ? D : a.d, rep = a.rep;
+  float qf[8 * 128], own[8 * kChunk], row[128];
+  std::vector<float> spill;  // a head wider than 128 or more than 8 query heads a kv head
+  float* q = qf;
+  float* sc = own;
+  float* rw = row;
+  if (d > 128 || rep > 8) {
+    spill.resize(rep * d + rep * kChunk + d);
+    q = spill.data();
+    sc = q + rep * d;
+    rw = sc + rep * kChunk;
+  }
+  if (scores == nullptr) {
+    for (int64_t j = 0; j < rep * d; ++j) q[j] = static_cast<float>(a.q[g * rep * d + j]);
+    chunk_scores<D>(a, g, t0, t1, q, rw, sc, top);
+  }
+  chunk_sums<D>(a, g, t0, t1, scores != nullptr, rw, scores != nullptr ? scores : sc, top, total,
+                acc);
+}
+
+// The first pass of the SDPA-rounding mode: the unit's scores into `scores`, its largest
+// into top
+template <int D>
+void score_chunk(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* scores,
+                 float* top) {
+  const int64_t d = D > 0 ? D : a.d, rep = a.rep;
+  float qf[8 * 128], row[128];
+  std::vector<float> spill;  // a head wider than 128 or more than 8 query heads a kv head
+  float* q = qf;
+  float* rw = row;
+  if (d > 128 || rep > 8) {
+    spill.resize(rep * d + d);
+    q = spill.data();
+    rw = q + rep * d;
+  }
+  for (int64_t j = 0; j < rep * d; ++j) q[j] = static_cast<float>(a.q[g * rep * d + j]);
+  chunk_scores<D>(a, g, t0, t1, q, rw, scores, top);
+}
+
+template <typename F>
+void by_width(int64_t d, F&& f) {
+  if (d == 64) f(std::integral_constant<int, 64>{});
+  else if (d == 128) f(std::integral_constant<int, 128>{});
+  else f(std::integral_constant<int, 0>{});
+}
+
 }  // namespace
 
 namespace lab {
 
 // Attention of one query per head over the cache's first `len` positions: q [H, 1, D] ->
 // [H, 1, D]; head h reads kv head h / (H / KV); scores, softmax and sums in float32, in
-// fixed chunks of positions (attend_chunk) whose partial softmaxes are then combined in order
+// fixed chunks of positions (attend_chunk) whose partial softmaxes are then combined in order.
+// `sdpa_rounding`: the weights are rounded as torch's CPU SDPA rounds them in bfloat16 (see
+// the file's head), each taken against the largest score of its block of kSdpaBlock
+// positions and those before, and the sum divided by as a reciprocal
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
                             const at::Tensor& v_all, int64_t layer, int64_t len, double scale,
-                            at::Tensor* slot) {
+                            bool sdpa_rounding, at::Tensor* slot) {
   check_bf16(k_all, "k_all");
   check_bf16(v_all, "v_all");
   const at::Tensor qc = q.contiguous();
@@ -117,6 +187,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
   TORCH_CHECK(qc.dim() == 3 && qc.size(1) == 1 && k_all.dim() == 4 && k_all.size(3) == d,
               "q must be [H, 1, D] and the cache [layers, KV, capacity, D]");
   TORCH_CHECK(v_all.sizes() == k_all.sizes(), "k_all and v_all differ in shape");
+  TORCH_CHECK(k_all.is_contiguous() && v_all.is_contiguous(), "the cache must be contiguous");
   TORCH_CHECK(layer >= 0 && layer < k_all.size(0), "layer ", layer, " is not in the cache");
   TORCH_CHECK(kv > 0 && heads % kv == 0 && len > 0 && len <= cap, "heads or length do not fit");
   at::Tensor out = out_of(slot, qc.sizes(), qc.options());
@@ -128,20 +199,47 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
   const GroupArgs args{qp, kp, vp, layer, kv, cap, d, len, rep, static_cast<float>(scale)};
   // each unit's partials (top, total, acc for each query head), then each head's in order
   const int64_t chunks = (len + kChunk - 1) / kChunk, width = rep * (d + 2);
-  // in the calling thread's buffer, grown once (a thread_local named inside the threads'
+  // in the calling thread's buffers, grown once (a thread_local named inside the threads'
   // lambda would be each thread's own: they are given its data)
-  thread_local std::vector<float> parts;
+  thread_local std::vector<float> parts, scores;
   parts.resize(kv * chunks * width);
   float* const part = parts.data();
+  float* sc = nullptr;
+  if (sdpa_rounding) {  // the scores first, then each block's running maximum as the top
+    scores.resize(kv * chunks * rep * kChunk);
+    sc = scores.data();
+    at::parallel_for(0, kv * chunks, 1, [&](int64_t u0, int64_t u1) {
+      by_width(d, [&](auto w) {
+        for (int64_t u = u0; u < u1; ++u) {
+          const int64_t t0 = (u % chunks) * kChunk;
+          score_chunk<decltype(w)::value>(args, u / chunks, t0, std::min(len, t0 + kChunk),
+                                          sc + u * rep * kChunk, part + u * width);
+        }
+      });
+    });
+    constexpr int64_t per_block = kSdpaBlock / kChunk;
+    for (int64_t g = 0; g < kv; ++g)
+      for (int64_t r = 0; r < rep; ++r) {
+        float most = -INFINITY;  // the largest score up to this chunk's block's end
+        for (int64_t c = 0; c < chunks; ++c) {
+          most = std::max(most, part[(g * chunks + c) * width + r]);
+          if ((c + 1) % per_block != 0 && c + 1 != chunks) continue;
+          for (int64_t b = c - c % per_block; b <= c; ++b)
+            part[(g * chunks + b) * width + r] = most;
+        }
+      }
+  }
   at::parallel_for(0, kv * chunks, 1, [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t g = u / chunks, t0 = (u % chunks) * kChunk;
-      const int64_t t1 = std::min(len, t0 + kChunk);
-      float* p = part + u * width;
-      if (d == 64) attend_chunk<64>(args, g, t0, t1, p, p + rep, p + 2 * rep);
-      else if (d == 128) attend_chunk<128>(args, g, t0, t1, p, p + rep, p + 2 * rep);
-      else attend_chunk<0>(args, g, t0, t1, p, p + rep, p + 2 * rep);
-    }
+    by_width(d, [&](auto w) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t g = u / chunks, t0 = (u % chunks) * kChunk;
+        const int64_t t1 = std::min(len, t0 + kChunk);
+        float* p = part + u * width;
+        attend_chunk<decltype(w)::value>(args, g, t0, t1,
+                                         sc != nullptr ? sc + u * rep * kChunk : nullptr, p,
+                                         p + rep, p + 2 * rep);
+      }
+    });
   });
   thread_local std::vector<float> acc;
   acc.resize(d);
@@ -161,7 +259,12 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
         for (int64_t j = 0; j < d; ++j) acc[j] += w * pa[j];
       }
       bf16* o = op + (g * rep + r) * d;
-      for (int64_t j = 0; j < d; ++j) o[j] = to_bf16(acc[j] / total);
+      if (sdpa_rounding) {
+        const float inverse = 1.f / total;
+        for (int64_t j = 0; j < d; ++j) o[j] = to_bf16(acc[j] * inverse);
+      } else {
+        for (int64_t j = 0; j < d; ++j) o[j] = to_bf16(acc[j] / total);
+      }
     }
   return out;
 }
@@ -171,7 +274,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
 TORCH_LIBRARY_IMPL(decoding_lab, CPU, m) {  // the op: a new tensor each call
   m.impl("decode_attention", [](const at::Tensor& q, const at::Tensor& k_all,
                                 const at::Tensor& v_all, int64_t layer, int64_t len,
-                                double scale) {
-    return lab::decode_attention(q, k_all, v_all, layer, len, scale);
+                                double scale, bool sdpa_rounding) {
+    return lab::decode_attention(q, k_all, v_all, layer, len, scale, sdpa_rounding);
   });
 }

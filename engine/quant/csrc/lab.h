@@ -64,6 +64,6 @@ at::Tensor rope_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tenso
                    int64_t n_heads, int64_t n_kv, int64_t rot, at::Tensor* slot = nullptr);
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
                             const at::Tensor& v_all, int64_t layer, int64_t len, double scale,
-                            at::Tensor* slot = nullptr);
+                            bool sdpa_rounding = false, at::Tensor* slot = nullptr);
 
 }  // namespace lab

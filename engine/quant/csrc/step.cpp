@@ -136,8 +136,9 @@ Residual layer_step(const Residual& in, const LayerIn& t, int64_t layer, const a
   const at::Tensor q = lab::rope_kv(qkv, cos, sin, k_all, v_all, layer, pos, m.n_heads, m.n_kv,
                                     m.rot, at(kQ));
   const at::Tensor att =
-      exact ? torch_attention(q, k_all, v_all, layer, len, m.scale, m.n_heads != m.n_kv)
-            : lab::decode_attention(q, k_all, v_all, layer, len, m.scale, at(kAtt));
+      exact && x0.scalar_type() == at::kFloat
+          ? torch_attention(q, k_all, v_all, layer, len, m.scale, m.n_heads != m.n_kv)
+          : lab::decode_attention(q, k_all, v_all, layer, len, m.scale, exact, at(kAtt));
   const at::Tensor a =
       affine(att.transpose(0, 1).reshape({1, -1}), t[kOW], t[kOS], t[kOB], m.onednn, at(kA));
   const auto [s, h2] = add_norm(Residual{x, a}, t[kPfW], m.eps, exact, at(kS));
