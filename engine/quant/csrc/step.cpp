@@ -9,10 +9,11 @@
 //   quantised (int8 / int4 matrices): the lab's own steps (layer.cpp), the unfused step's
 //     numbers up to the order of a sum;
 //   bfloat16 and float32 (float matrices): the unfused step's operations in its order
-//     (engine/step/forward.py's decoder_layer): torch's own SDPA and SiLU, and layer.cpp's
-//     passes for the norm (its mean summed in aten's order), the additions, SiLU's product
-//     and the rotary with its cache write, each the unfused operation's bits; so the same
-//     bits, and transformers' greedy tokens with them.
+//     (engine/step/forward.py's decoder_layer): torch's own SiLU, float32's SDPA, bfloat16's
+//     lab attention with SDPA's rounding (as the unfused step takes it: attention.cpp), and
+//     layer.cpp's passes for the norm (its mean summed in aten's order), the additions,
+//     SiLU's product and the rotary with its cache write, each the unfused operation's bits;
+//     so the same bits, and in float32 transformers' greedy tokens with them.
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -64,7 +65,8 @@ at::Tensor affine(const at::Tensor& x, const at::Tensor& w, const at::Tensor& s,
   return b.numel() > 0 ? y + b : y;  // torch's bfloat16 add, as the unfused step's
 }
 
-// forward.py's attend for one query without a mask or soft cap: SDPA over the cache
+// forward.py's attend for one query without a mask or soft cap: SDPA over the cache (a
+// float32 layer's; a bfloat16 one takes the lab's attention, as forward.py does)
 at::Tensor torch_attention(const at::Tensor& q, const at::Tensor& k_all, const at::Tensor& v_all,
                            int64_t layer, int64_t len, double scale, bool gqa) {
   const at::Tensor k = k_all.select(0, layer).slice(1, 0, len);
