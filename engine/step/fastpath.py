@@ -227,11 +227,12 @@ def lab_attention_here(spec: Spec) -> bool:
     (engine/quant/csrc/attention.cpp) where it would call torch's SDPA: a bfloat16 model of
     float weights on the CPU, where the lab's kernels are built; the whole-token step and the
     unfused one alike, so the two keep each other's bits. torch's SDPA takes 34 us for
-    SmolLM2's 9 heads over 50 positions in bfloat16 (10 us in float32), the lab's ~5-10 us:
-    ~2 ms of a ~17 ms token. The weights are rounded as SDPA rounds them; with float32
-    weights (a quantised model's) the greedy tokens parted from transformers.generate's at
-    token 4 of SmolLM2's sea poem, with these they stay (tests/engine/test_bundled.py).
-    float32 keeps SDPA, transformers' own bits."""
+    SmolLM2's 9 heads over 50 positions in bfloat16 (10 us in float32), the lab's ~11 us:
+    ~2 ms of a ~17 ms token. The weights are rounded as SDPA rounds them, the sums run in
+    another order: SmolLM2's logits stay within transformers' own rounding (no further from
+    generate's than its uncached forward is) and its greedy picks part from generate's only
+    at a near-tie (token 4 of the sea poem, two logits of 14.1875: tests/engine/
+    test_bundled.py). float32 keeps SDPA, transformers' own bits."""
     quantised = any(layer[s].numel() > 0 for layer in spec.layers for s in Spec.SCALE_SLOTS)
     cpu_bf16 = spec.device.type == "cpu" and spec.dtype == torch.bfloat16
     return cpu_bf16 and not quantised and native.usable()

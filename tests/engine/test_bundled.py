@@ -164,9 +164,11 @@ def test_smollm2_bfloat16_fast_path_is_transformers_within_its_own_rounding(smol
     """bfloat16: the fast path's one-query attention is the lab's, rounded as SDPA rounds but
     summed in another order (engine.step.fastpath.lab_attention_here), so its logits are not
     generate's bit for bit. Teacher-forced on generate's 64 tokens of the sea poem, they are
-    no further from generate's than transformers' own uncached forward is (here 0.50 against
-    0.69), and a greedy pick parts from generate's only where generate's top two are closer
-    than that (here once: token 4, an exact tie at 14.1875)."""
+    no further from generate's than transformers' own uncached forward is (0.50-0.66 against
+    0.69 in two runs on an AMD EPYC), and a greedy pick parts from generate's only where
+    generate's top two are closer than that (there once: token 4, an exact tie at 14.1875).
+    The session run free is generate's up to its first such tie. (Which rounding the lab's
+    attention takes is tests/engine/test_fused_layer.py's.)"""
     bundle, _ = smol
     model = bundle.model.to(torch.bfloat16)
     try:
@@ -191,7 +193,14 @@ def test_smollm2_bfloat16_fast_path_is_transformers_within_its_own_rounding(smol
                 if int(mine.argmax()) != token:
                     parted.append(i)
                 seq.append(token)
-        assert 0.0 < ours <= 1.25 * own
+        assert ours <= 1.25 * own
         assert len(parted) <= 2 and all(gaps[i] <= own for i in parted), (parted, gaps)
+        session = GenerationSession(
+            model, ids, SamplerSettings(temperature=0, max_new_tokens=64, min_new_tokens=64),
+            eos_token_ids=bundle.eos_token_ids, fast=True,
+        )  # fmt: skip
+        free = [s.token_id for s in session.stream()]
+        first = next((i for i, (a, b) in enumerate(zip(free, tokens, strict=True)) if a != b), None)
+        assert first is None or gaps[first] <= own, (first, gaps)
     finally:
         model.to(torch.float32)

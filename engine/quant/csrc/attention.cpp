@@ -9,10 +9,11 @@
 // A bfloat16 model's (`sdpa_rounding`): torch's CPU SDPA rounds each weight e^(s - max) to
 // bfloat16 before it multiplies V (the sum is of the unrounded ones), its max the largest
 // score of a 512-position block and those before, so this does the same. Its products' sums
-// run in another order than oneDNN's, so an output may sit one bfloat16 unit from SDPA's, on
-// a rare element; transformers' greedy tokens stay (tests/engine/test_bundled.py). SDPA
-// itself costs 34 us for SmolLM2's 9 heads over 50 positions in bfloat16 (one oneDNN gemm
-// call a head and pass), this ~5 us.
+// run in another order than MKL's, so about 2% of the outputs sit a bfloat16 unit or two from
+// SDPA's (tests/engine/test_fused_layer.py), and a greedy pick may part from
+// transformers.generate's at a tie (tests/engine/test_bundled.py). SDPA itself costs 34 us for
+// SmolLM2's 9 heads over 50 positions in bfloat16 (one MKL gemv call a head and pass), this
+// ~11 us from Python.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -31,6 +32,7 @@
 
 using bf16 = c10::BFloat16;
 using lab::check_bf16;
+using lab::round_bf16;
 using lab::to_bf16;
 
 namespace {
@@ -97,7 +99,7 @@ void chunk_sums(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, bool roun
     }
     total[r] = sum;
     if (rounded)
-      for (int64_t t = 0; t < n; ++t) sr[t] = static_cast<float>(to_bf16(sr[t]));
+      for (int64_t t = 0; t < n; ++t) sr[t] = round_bf16(sr[t]);
   }
   std::fill(acc, acc + rep * d, 0.f);
   for (int64_t t = 0; t < n; ++t) {
@@ -187,7 +189,6 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_all,
   TORCH_CHECK(qc.dim() == 3 && qc.size(1) == 1 && k_all.dim() == 4 && k_all.size(3) == d,
               "q must be [H, 1, D] and the cache [layers, KV, capacity, D]");
   TORCH_CHECK(v_all.sizes() == k_all.sizes(), "k_all and v_all differ in shape");
-  TORCH_CHECK(k_all.is_contiguous() && v_all.is_contiguous(), "the cache must be contiguous");
   TORCH_CHECK(layer >= 0 && layer < k_all.size(0), "layer ", layer, " is not in the cache");
   TORCH_CHECK(kv > 0 && heads % kv == 0 && len > 0 && len <= cap, "heads or length do not fit");
   at::Tensor out = out_of(slot, qc.sizes(), qc.options());
