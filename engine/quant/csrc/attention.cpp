@@ -56,13 +56,14 @@ static_assert(kSdpaBlock % kChunk == 0, "a chunk lies in one block");
 // One unit's scores: sc[r * n + t] = scale q_r . k_t for its `rep` query heads r over
 // positions [t0, t1) of kv head g (n = t1 - t0), and each head's largest, top[r]; float32,
 // each key row read and widened once for the query heads that read it. D: the head width,
-// known when the compiler can unroll a row (64, 128), 0 when it is read from `a`; `q` holds
-// the rep heads' queries widened, `rw` a row's room
+// known when the compiler can unroll a row (64, 128), 0 when it is read from `a`; the rep
+// heads' queries are widened into `q`, `rw` is a row's room
 template <int D>
-void chunk_scores(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, const float* q,
+void chunk_scores(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* q,
                   float* rw, float* sc, float* top) {
   const int64_t d = D > 0 ? D : a.d, rep = a.rep, n = t1 - t0;
   const int64_t base = (a.layer * a.kv + g) * a.cap * d;
+  for (int64_t j = 0; j < rep * d; ++j) q[j] = static_cast<float>(a.q[g * rep * d + j]);
   for (int64_t r = 0; r < rep; ++r) top[r] = -INFINITY;
   for (int64_t t = 0; t < n; ++t) {
     const bf16* k = a.k + base + (t0 + t) * d;
@@ -115,6 +116,26 @@ void chunk_sums(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, bool roun
   }
 }
 
+// A unit's working room: the rep heads' queries widened (q), a chunk's scores (sc) and one
+// row (rw); on the stack, or on the heap for a head wider than 128 or more than 8 query heads
+// a kv head
+struct Room {
+  float qf[8 * 128], own[8 * kChunk], row[128];
+  std::vector<float> spill;
+  float* q = qf;
+  float* sc = own;
+  float* rw = row;
+  Room(int64_t d, int64_t rep) {
+    if (d <= 128 && rep <= 8) return;
+    spill.resize(rep * d + rep * kChunk + d);
+    q = spill.data();
+    sc = q + rep * d;
+    rw = sc + rep * kChunk;
+  }
+  Room(const Room&) = delete;  // its pointers point into itself
+  Room& operator=(const Room&) = delete;
+};
+
 // One unit of work, kv head g's positions [t0, t1): its partial softmax (top[r], total[r],
 // acc[r * d...]) for each of its query heads. `scores` null: the unit's own scores, its own
 // largest as top. Else the scores are already there (the first pass) and top[r] given: the
@@ -122,24 +143,10 @@ void chunk_sums(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, bool roun
 template <int D>
 void attend_chunk(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* scores,
                   float* top, float* total, float* acc) {
-  const int64_t d = D > 0 ? D : a.d, rep = a.rep;
-  float qf[8 * 128], own[8 * kChunk], row[128];
-  std::vector<float> spill;  // a head wider than 128 or more than 8 query heads a kv head
-  float* q = qf;
-  float* sc = own;
-  float* rw = row;
-  if (d > 128 || rep > 8) {
-    spill.resize(rep * d + rep * kChunk + d);
-    q = spill.data();
-    sc = q + rep * d;
-    rw = sc + rep * kChunk;
-  }
-  if (scores == nullptr) {
-    for (int64_t j = 0; j < rep * d; ++j) q[j] = static_cast<float>(a.q[g * rep * d + j]);
-    chunk_scores<D>(a, g, t0, t1, q, rw, sc, top);
-  }
-  chunk_sums<D>(a, g, t0, t1, scores != nullptr, rw, scores != nullptr ? scores : sc, top, total,
-                acc);
+  Room room(D > 0 ? D : a.d, a.rep);
+  if (scores == nullptr) chunk_scores<D>(a, g, t0, t1, room.q, room.rw, room.sc, top);
+  chunk_sums<D>(a, g, t0, t1, scores != nullptr, room.rw, scores != nullptr ? scores : room.sc,
+                top, total, acc);
 }
 
 // The first pass of the SDPA-rounding mode: the unit's scores into `scores`, its largest
@@ -147,18 +154,8 @@ void attend_chunk(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* 
 template <int D>
 void score_chunk(const GroupArgs& a, int64_t g, int64_t t0, int64_t t1, float* scores,
                  float* top) {
-  const int64_t d = D > 0 ? D : a.d, rep = a.rep;
-  float qf[8 * 128], row[128];
-  std::vector<float> spill;  // a head wider than 128 or more than 8 query heads a kv head
-  float* q = qf;
-  float* rw = row;
-  if (d > 128 || rep > 8) {
-    spill.resize(rep * d + d);
-    q = spill.data();
-    rw = q + rep * d;
-  }
-  for (int64_t j = 0; j < rep * d; ++j) q[j] = static_cast<float>(a.q[g * rep * d + j]);
-  chunk_scores<D>(a, g, t0, t1, q, rw, scores, top);
+  Room room(D > 0 ? D : a.d, a.rep);
+  chunk_scores<D>(a, g, t0, t1, room.q, room.rw, scores, top);
 }
 
 template <typename F>
