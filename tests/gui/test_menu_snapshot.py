@@ -12,10 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from conftest import load, run
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu, QToolBar
-
-from conftest import load, run
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "menus.json"
 
