@@ -18,9 +18,9 @@ from typing import Any  # noqa: E402
 
 def _gui_bench(bundle: Any, say: Callable[[str], None], args: Any) -> dict[str, Any]:
     """The benchmark's window figures (live plots vs headless, start-up and peak memory)."""
-    from gui.bench import run_gui_bench, run_startup_bench
-    from gui.open_bench import run_open_bench
-    from gui.tree_bench import run_tree_bench
+    from gui.devtools.bench import run_gui_bench, run_startup_bench
+    from gui.devtools.open_bench import run_open_bench
+    from gui.devtools.tree_bench import run_tree_bench
 
     return {
         "gui": run_gui_bench(bundle, say, args.new_tokens),
@@ -41,14 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     """`decoding-lab`: the window, or the CLI when a command is given."""
     argv = sys.argv[1:] if argv is None else argv
     if "--self-test" in argv:
-        from gui.selftest import run_self_test
+        from gui.devtools.selftest import run_self_test
 
         rest = [a for a in argv if a != "--self-test"]
         return run_self_test(rest[0] if rest else None)
     if argv and not argv[0].startswith("-") or any(a in ("-h", "--help") for a in argv):
         return cli(argv)
     try:
-        from gui.app import run_app
+        from gui.shell.app import run_app
     except ImportError as exc:
         # Qt or one of the system libraries it loads is missing: say which, still be useful.
         print(

@@ -20,9 +20,9 @@ TABLE_MODULES: dict[str, str] = {}
 
 # UI building: widget construction laid out in the order it appears on screen.
 UI_BUILDING = {
-    "gui/menus.py:build_actions": "every action of the menus and tool bar, one entry each",
-    "gui/widgets/lesson_panel.py:LessonPanel.__init__": "the lesson panel's widgets",
-    "gui/widgets/method_panel.py:MethodPanel.__init__": "the method panel's widgets",
+    "gui/shell/menus.py:build_actions": "every action of the menus and tool bar, one entry each",
+    "gui/classroom/lesson_panel.py:LessonPanel.__init__": "the lesson panel's widgets",
+    "gui/controls/method_panel.py:MethodPanel.__init__": "the method panel's widgets",
 }
 
 

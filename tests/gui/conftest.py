@@ -4,7 +4,7 @@ import pytest
 from PySide6.QtCore import QSettings
 from transformers import ByT5Tokenizer
 
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 from tiny_models import tiny_llama, tiny_t5
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -40,7 +40,7 @@ def autosave(tmp_path):
 def no_thread_left_running():
     """Fails any test that leaves an engine job's thread running."""
     yield
-    from gui.worker import EngineRunner
+    from gui.core.worker import EngineRunner
 
     running = [r for r in list(EngineRunner.instances) if r.thread_running()]
     for r in running:

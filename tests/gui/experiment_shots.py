@@ -11,7 +11,7 @@ from pathlib import Path
 from fit_probe import open_window, wait
 from PySide6.QtWidgets import QApplication
 
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 
 def shoot(app: QApplication, path: Path) -> None:
@@ -42,20 +42,20 @@ def main() -> None:
                                                       max_new_tokens=20, seed=3))  # fmt: skip
     job(app, w, w.generate)
     t = w.plots.experiments
-    job(app, w, lambda: w.lab.sample(100))
+    job(app, w, lambda: w.experiments.sample(100))
     shoot(app, out / f"histogram-100-normal{suffix}.png")
-    job(app, w, lambda: w.lab.draw_more(10_000))
-    job(app, w, lambda: w.lab.draw_more(100_000))
+    job(app, w, lambda: w.experiments.draw_more(10_000))
+    job(app, w, lambda: w.experiments.draw_more(100_000))
     shoot(app, out / f"histogram-110100-normal{suffix}.png")
-    job(app, w, lambda: w.lab.sweep("temperature", [0.0, 0.5, 1.0, 1.5, 2.0]))
+    job(app, w, lambda: w.experiments.sweep("temperature", [0.0, 0.5, 1.0, 1.5, 2.0]))
     shoot(app, out / f"sweep-normal{suffix}.png")
     w.tabs.setCurrentWidget(w.compare_view)
     shoot(app, out / f"sweep-compare-normal{suffix}.png")
     w.prompt.setPlainText("The capital of France is")  # a start with few likely paths
     w.sampler.set_settings(w.sampler.settings().with_(temperature=0.8, max_new_tokens=8))
-    job(app, w, lambda: w.lab.variation(20))
+    job(app, w, lambda: w.experiments.variation(20))
     shoot(app, out / f"variation-normal{suffix}.png")
-    job(app, w, lambda: w.lab.lockstep("same-bf16", 10))
+    job(app, w, lambda: w.experiments.lockstep("same-bf16", 10))
     shoot(app, out / f"lockstep-normal{suffix}.png")
     w.set_presentation(True)
     w.tabs.setCurrentWidget(t)

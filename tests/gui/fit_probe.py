@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 SLIDERS = ("temperature", "top_k", "top_p", "min_p")
 

@@ -18,7 +18,7 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
 
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 PAGES = ("Lens", "Attention", "Logit attribution", "Inputs")
 
@@ -100,14 +100,14 @@ def main() -> None:
     w.set_presentation(False)
     wait(app, lambda: False, 1.0)
     w.show_score(" the dragon slept in the cave.", "Once upon a time,")
-    assert wait(app, lambda: w.scoring.view.isVisible() and not w.runner.busy, 60), "no score"
-    w.scoring.select(2)
+    assert wait(app, lambda: w.score.view.isVisible() and not w.runner.busy, 60), "no score"
+    w.score.select(2)
     idle(app, w)
     out["scored"] = w.inside.view.header.text()
     out["tab_after_score"] = w.tabs.currentWidget() is w.inside.view
     if shots is not None:
         w.grab().save(str(shots / "scored.png"))
-    w.scoring.close()
+    w.score.close()
     w.close()
     app.processEvents()
     again = window(app, folder, model)  # the autosave brings the run back

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QApplication
 
 from engine.classroom.lessons import load_lesson
 from engine.models.catalog import RESOURCES
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 LESSON = RESOURCES / "lessons" / "13-where-does-the-model-decide.yaml"
 

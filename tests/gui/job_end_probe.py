@@ -28,9 +28,9 @@ import shiboken6  # noqa: E402
 from PySide6.QtCore import QEventLoop, QObject, QTimer, Signal  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from gui.runtime import set_switch_interval  # noqa: E402
-from gui.store import RunStore  # noqa: E402
-from gui.worker import EngineRunner, Job  # noqa: E402
+from gui.core.runtime import set_switch_interval  # noqa: E402
+from gui.core.store import RunStore  # noqa: E402
+from gui.core.worker import EngineRunner, Job  # noqa: E402
 
 LOCKS = 131  # Qt's pool of connection mutexes (qobject.cpp), picked by address
 HOLD_US = 50_000  # how long the job keeps the GIL before each call: the GUI thread waits

@@ -13,7 +13,7 @@ from fit_probe import open_window, wait
 from PySide6.QtWidgets import QApplication
 
 from engine.tree.options import ExpandOptions
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 SCORED = (
     "The capital of France is Paris, and its most famous landmark is the Eiffel Tower, "
@@ -47,9 +47,9 @@ def main() -> None:
     w.tree.fork(True)
     wait(app, lambda: False, 0.3)
     both_views(app, w, out / f"fork-VIEW-{theme}.png")
-    w.scoring.show(SCORED)
-    assert wait(app, lambda: not w.runner.busy and w.scoring.view.isVisible(), 300), "no score"
-    w.scoring.select(28)
+    w.score.show(SCORED)
+    assert wait(app, lambda: not w.runner.busy and w.score.view.isVisible(), 300), "no score"
+    w.score.select(28)
     both_views(app, w, out / f"score-VIEW-{theme}.png")
     w.runner.shutdown()
     w.close()

@@ -22,8 +22,8 @@ from fit_probe import wait  # the window-fit probe's: run the events until a con
 from PySide6.QtCore import QPoint, QPointF, QSettings, QTimer
 from PySide6.QtWidgets import QApplication, QDialog, QWidget
 
-from gui.widgets.step_text import pct
-from gui.window import MainWindow
+from gui.common.step_text import pct
+from gui.shell.window import MainWindow
 
 MODEL = "smollm2-135m"
 PROMPT = "Once upon a time, a dragon"
@@ -216,22 +216,22 @@ def score(t: Teacher) -> None:
             d.context.setText(c)
 
         t.in_dialog(fill)
-        t.job(w.scoring.action.trigger, "score")
-        s = w.scoring.score
-        pick = w.scoring.selected
+        t.job(w.score.action.trigger, "score")
+        s = w.score.score
+        pick = w.score.selected
         info = w.plots.dist_box.info.text()
         results[name] = {
             "no_context": s.no_context, "picked": pick, "peak": s.peak(),
             "text": s.tokens[pick].text, "bits": s.tokens[pick].surprisal,
             "first_bits": s.tokens[0].surprisal, "number": s.tokens[pick].index + 1,
-            "marker": w.scoring.view.plot.marker.value(), "info": info,
+            "marker": w.score.view.plot.marker.value(), "info": info,
             "perplexity": s.perplexity,
             "tokens": [(x.text, round(x.surprisal, 2)) for x in s.tokens],
         }  # fmt: skip
         t.shoot(f"score-{name}-normal")
     OUT["score"] = results
     OUT["after_chat_marker"] = chat_marker_perplexity(w)
-    w.scoring.view.back.click()
+    w.score.view.back.click()
     settle(t.app)
 
 
@@ -258,7 +258,7 @@ def sweep(t: Teacher) -> None:
         said["values"] = d.values.text()
 
     t.in_dialog(look)
-    t.job(w.lab.sweep_action.trigger, "sweep")
+    t.job(w.experiments.sweep_action.trigger, "sweep")
     view = w.plots.experiments.sweep
     assert wait(t.app, lambda: len(view.rows) > 0, 10), "no sweep rows"
     settle(t.app)
@@ -299,9 +299,9 @@ def present(t: Teacher) -> None:
     w.tabs.setCurrentWidget(w.plots.experiments)
     w.plots.experiments.setCurrentWidget(w.plots.experiments.sweep)
     t.shoot("presentation-sweep")
-    t.job(lambda: w.scoring.show(TEXT, CONTEXT), "score")
+    t.job(lambda: w.score.show(TEXT, CONTEXT), "score")
     t.shoot("presentation-score")
-    w.scoring.view.back.click()
+    w.score.view.back.click()
     w.acts.presentation.trigger()
     settle(t.app)
 

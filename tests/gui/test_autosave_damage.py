@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 GOOD_STEP = {
     "index": 0, "token_id": 5, "text": "a", "token_str": "a", "raw_prob": 0.5, "prob": 0.5,

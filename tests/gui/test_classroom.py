@@ -14,9 +14,9 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from engine import GenerationSession, SamplerSettings
 from engine.records import BEAM, SAMPLING, SPEC_DRAFT, SPEC_NGRAM, Candidate, RunStarted, Step
-from gui.menus import shortcuts_html
-from gui.theme import CUT_MARK, THEMES
-from gui.window import MainWindow
+from gui.common.theme import CUT_MARK, THEMES
+from gui.shell.menus import shortcuts_html
+from gui.shell.window import MainWindow
 
 
 def set_settings(window, **changes):

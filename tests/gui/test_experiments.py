@@ -54,7 +54,7 @@ def test_the_histogram_shows_the_jobs_counts_and_draw_more_adds_up(qtbot, ready)
     run(qtbot, w, w.generate)
     steps = list(w.store.steps)
     view = w.plots.experiments.histogram
-    run(qtbot, w, lambda: w.lab.sample(1000))
+    run(qtbot, w, lambda: w.experiments.sample(1000))
     wait_drawn(qtbot, lambda: view.sample is not None)
     # The engine on its own: the last step's context, the same settings and seed.
     settings = w.sampler.settings()
@@ -75,7 +75,7 @@ def test_the_histogram_shows_the_jobs_counts_and_draw_more_adds_up(qtbot, ready)
             assert row.prob == pytest.approx(last[row.token_id], abs=1e-5)
     assert f"{view.sample.tv:.3f}" in view.info.text() and "p-value" in view.info.text()
     before = {r.token_id: r.count for r in view.sample.rows}
-    run(qtbot, w, lambda: w.lab.draw_more(1000))
+    run(qtbot, w, lambda: w.experiments.draw_more(1000))
     wait_drawn(qtbot, lambda: view.sample.n == 2000)
     after = {r.token_id: r.count for r in view.sample.rows}
     assert all(after.get(t, 0) >= c for t, c in before.items())
@@ -83,7 +83,7 @@ def test_the_histogram_shows_the_jobs_counts_and_draw_more_adds_up(qtbot, ready)
     assert len(w.store.steps) == len(steps)  # the run is untouched
     # Another step in view: "draw more" starts a fresh histogram of that step.
     w.select_step(1)
-    run(qtbot, w, lambda: w.lab.draw_more(1000))
+    run(qtbot, w, lambda: w.experiments.draw_more(1000))
     wait_drawn(qtbot, lambda: view.sample.n == 1000)
     assert "at step 2" in view.info.text()
 
@@ -91,7 +91,7 @@ def test_the_histogram_shows_the_jobs_counts_and_draw_more_adds_up(qtbot, ready)
 def test_sweep_rows_reach_the_compare_tab(qtbot, ready):
     w = ready
     values = [0.0, 0.7, 1.5]
-    run(qtbot, w, lambda: w.lab.sweep("temperature", values))
+    run(qtbot, w, lambda: w.experiments.sweep("temperature", values))
     wait_drawn(qtbot, lambda: len(w.plots.experiments.sweep.rows) == 3)
     settings = w.sampler.settings()
     expected = sweep(lambda s: engine_session(w, s), settings, "temperature", values)
@@ -110,7 +110,7 @@ def test_sweep_rows_reach_the_compare_tab(qtbot, ready):
 
 def test_variation_groups_equal_the_engines(qtbot, ready):
     w = ready
-    run(qtbot, w, lambda: w.lab.variation(10))
+    run(qtbot, w, lambda: w.experiments.variation(10))
     view = w.plots.experiments.variation
     wait_drawn(qtbot, lambda: view.result is not None)
     settings = w.sampler.settings()
@@ -125,13 +125,13 @@ def test_lockstep_mismatch_is_one_message_and_nothing_is_lost(qtbot, ready, tmp_
     run(qtbot, w, w.generate)
     steps = list(w.store.steps)
     view = w.plots.experiments.lockstep
-    run(qtbot, w, lambda: w.lab.lockstep("same-bf16", 5))
+    run(qtbot, w, lambda: w.experiments.lockstep("same-bf16", 5))
     wait_drawn(qtbot, lambda: len(view.steps) == 6)
     assert view.table.rowCount() == 6 and "mean KL" in view.info.text()
     other = tmp_path / "other-tokenizer"
     tiny_llama(seed=9).save_pretrained(other)
     ByT5Tokenizer(extra_ids=0).save_pretrained(other)
-    run(qtbot, w, lambda: w.lab.lockstep(str(other), 5))
+    run(qtbot, w, lambda: w.experiments.lockstep(str(other), 5))
     wait_drawn(qtbot, lambda: view.message.isVisible())
     assert "different tokenizers" in view.message.text()
     assert w.last_error is None  # one message, in the view: no dialog
@@ -147,7 +147,7 @@ def test_float32_vs_int8_vs_int4_is_one_lockstep_choice(qtbot, ready, tiny_dir):
 
     w = ready
     view = w.plots.experiments.lockstep
-    run(qtbot, w, lambda: w.lab.lockstep("same-quant", 5))
+    run(qtbot, w, lambda: w.experiments.lockstep("same-quant", 5))
     wait_drawn(qtbot, lambda: len(view.steps) == 6 and len(view.extra) == 1)
     name, int4_steps, int4_summary = view.extra[0]
     assert "int4" in name and "int8" in view.info.text() and "int4" in view.info.text()
@@ -178,7 +178,7 @@ def test_a_lesson_sample_stage_runs_as_the_engine_runs_it(qtbot, ready):
     assert view.n() == stage.samples == 1000
     assert w.plots.experiments.currentWidget() is view
     assert "drawn N times" in w.status_text.text() and "Sample_step" not in w.status_text.text()
-    run(qtbot, w, lambda: w.lab.sample(view.n()))
+    run(qtbot, w, lambda: w.experiments.sample(view.n()))
     wait_drawn(qtbot, lambda: view.sample is not None)
     expected = run_stage(stage, w.bundle)
     assert view.sample.rows == expected.rows and view.sample.tv == expected.tv
@@ -187,7 +187,7 @@ def test_a_lesson_sample_stage_runs_as_the_engine_runs_it(qtbot, ready):
 def test_the_lockstep_lesson_stage_opens_its_page_and_chooses_model_b(qtbot, ready, monkeypatch):
     """Lesson 14 on the tiny model: the stage opens the lockstep page, says what to press,
     and the dialog comes up with the stage's model B chosen (float32 vs int8 vs int4)."""
-    from gui.widgets.experiment_dialogs import SAME_QUANT, LockstepDialog
+    from gui.experiments.dialogs import SAME_QUANT, LockstepDialog
 
     w = ready
     lesson = load_lesson(LESSONS / "14-smaller-numbers.yaml")
@@ -202,14 +202,14 @@ def test_the_lockstep_lesson_stage_opens_its_page_and_chooses_model_b(qtbot, rea
         return LockstepDialog.DialogCode.Rejected
 
     monkeypatch.setattr(LockstepDialog, "exec", accept)
-    w.lab.ask_lockstep()
+    w.experiments.ask_lockstep()
     assert chosen == [SAME_QUANT]
 
 
 def test_the_presentation_view_keeps_what_a_back_row_reads(qtbot, ready):
     w = ready
     t = w.plots.experiments
-    run(qtbot, w, lambda: w.lab.sample(100))
+    run(qtbot, w, lambda: w.experiments.sample(100))
     wait_drawn(qtbot, lambda: t.histogram.sample is not None)
     normal_rows = len(t.histogram.shown())
     w.set_presentation(True)

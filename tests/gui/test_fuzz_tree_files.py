@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from engine.tree import RunTree, TreeFormatError
 from engine.validate.autosave import saved_run
-from gui.store import RunStore
-from gui.widgets.tree_view import NODE, TreeView
+from gui.core.store import RunStore
+from gui.tree.view import NODE, TreeView
 
 CASES = 300
 FUZZ = settings(

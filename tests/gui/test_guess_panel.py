@@ -12,7 +12,7 @@ from engine.classroom.guess import score_round
 from engine.decode.session import GenerationSession
 from engine.records import Step
 from engine.sampling.settings import SamplerSettings
-from gui.widgets.guess_panel import GuessPanel, visible
+from gui.classroom.guess_panel import GuessPanel, visible
 from tiny_models import tiny_llama
 
 

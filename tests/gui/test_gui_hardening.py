@@ -14,8 +14,8 @@ import torch
 from conftest import load, run
 from transformers import BertConfig, BertForMaskedLM, ByT5Tokenizer, LlamaConfig, LlamaForCausalLM
 
-from gui.app import Heartbeat
-from gui.window import MainWindow
+from gui.shell.app import Heartbeat
+from gui.shell.window import MainWindow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +59,8 @@ def test_autosave_survives_kill_during_generation(tmp_path, tiny_dir):
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from PySide6.QtCore import QSettings
-        from gui.app import make_app
-        from gui.window import MainWindow
+        from gui.shell.app import make_app
+        from gui.shell.window import MainWindow
         app = make_app()
         ini = QSettings({str(tmp_path / "s.ini")!r}, QSettings.Format.IniFormat)
         w = MainWindow(settings_store=ini, autoload=False, autosave_path={str(autosave)!r})

@@ -9,7 +9,7 @@ from conftest import load, run
 
 from engine.records import RunStarted, Step
 from engine.tree import RunTree
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 from tiny_models import tiny_fast_tokenizer, tiny_llama
 
 

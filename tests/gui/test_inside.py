@@ -10,7 +10,7 @@ import pytest
 from conftest import load, run
 
 from engine.internals.inspect import decision_strip, inspect_step, path_for
-from gui.widgets.token_pane import COLOR_BY_DECISION
+from gui.run.token_pane import COLOR_BY_DECISION
 
 
 @pytest.fixture
@@ -113,13 +113,13 @@ def test_a_scored_token_is_read_with_the_score_view_left_open(qtbot, ran) -> Non
     with qtbot.waitSignal(window.runner.job_done, timeout=30000):
         window.show_score("a cat sat on the mat", "Once")
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=5000)
-    window.scoring.select(2)
+    window.score.select(2)
     qtbot.waitUntil(lambda: "Token 3 of the scored text" in window.inside.view.header.text(),
                     timeout=30000)  # fmt: skip
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)
-    assert window.scoring.view.isVisible()
+    assert window.score.view.isVisible()
     assert window.tabs.currentWidget() is window.inside.view
-    score = window.scoring.score
+    score = window.score.score
     path = path_for(window.bundle, score.context_ids, [t.token_id for t in score.tokens])
     want = inspect_step(window.bundle, path, 2)
     assert window.inside.results[window.inside.shown].lens.candidates == want.lens.candidates
@@ -130,11 +130,11 @@ def test_a_scored_text_is_coloured_by_decision_layer(qtbot, ran) -> None:
     with qtbot.waitSignal(window.runner.job_done, timeout=30000):
         window.show_score("a cat sat on the mat", "Once")
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=5000)
-    view = window.scoring.view
+    view = window.score.view
     view.colour.setCurrentIndex(view.colour.findData(COLOR_BY_DECISION))
     qtbot.waitUntil(lambda: bool(view.pane.decisions) and not window.runner.busy,
                     timeout=30000)  # fmt: skip
-    score = window.scoring.score
+    score = window.score.score
     path = path_for(window.bundle, score.context_ids, [t.token_id for t in score.tokens])
     strip = decision_strip(window.bundle, path)
     assert [view.pane.decisions[i] for i in range(len(score.tokens))] == list(strip.decision)

@@ -10,9 +10,9 @@ from PySide6.QtWidgets import QApplication
 
 from engine.classroom.lessons import bundled_lessons, parse_lesson
 from engine.sampling.settings import SamplerSettings
-from gui.widgets.lesson_panel import LessonPanel, apply_to_panels, setup_line
-from gui.widgets.method_panel import MethodPanel
-from gui.widgets.sampler_panel import SamplerPanel
+from gui.classroom.lesson_panel import LessonPanel, apply_to_panels, setup_line
+from gui.controls.method_panel import MethodPanel
+from gui.controls.sampler_panel import SamplerPanel
 
 
 @pytest.fixture(scope="module")

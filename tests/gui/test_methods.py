@@ -8,7 +8,7 @@ from transformers import GPT2TokenizerFast
 
 from engine import GenerationSession
 from engine.decode.beam import beam_search
-from gui.widgets.method_panel import BEAM, SPEC_DRAFT, SPEC_NGRAM
+from gui.controls.method_panel import BEAM, SPEC_DRAFT, SPEC_NGRAM
 from tiny_models import tiny_llama
 
 

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QLabel
 from test_tree_answers import step
 
 from engine.records import MethodResult, RunStarted
-from gui.presentation import SHORT_TABS
+from gui.shell.presentation import SHORT_TABS
 
 STORY = (
     "Once upon a time, in a kingdom by the sea, there lived a dragon who collected "

@@ -1,5 +1,5 @@
 """Issue 24, item 8: opening a long run is linear in its length. The speed target (80,000
-steps in under 5 s) is a ``main.py bench`` figure (gui/open_bench.py); this test only has a
+steps in under 5 s) is a ``main.py bench`` figure (gui/devtools/open_bench.py); this test only has a
 bound generous enough not to flake on a busy machine, and far below the minutes the
 token-by-token insertion took."""
 
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gui.open_bench import synthetic_autosave, time_open
-from gui.store import RunStore
+from gui.core.store import RunStore
+from gui.devtools.open_bench import synthetic_autosave, time_open
 
 
 @pytest.mark.slow
@@ -22,7 +22,7 @@ def test_an_80000_step_autosave_opens_in_seconds_not_minutes(qtbot, tmp_path):
 def test_the_pane_holds_every_token_of_a_restored_run(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from gui.window import MainWindow
+    from gui.shell.window import MainWindow
 
     path = synthetic_autosave(tmp_path / "autosave.json", 3000)
     ini = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)

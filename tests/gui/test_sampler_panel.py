@@ -16,8 +16,8 @@ from engine.sampling.settings import (
     SamplerSettings,
     stage_order,
 )
-from gui.widgets.method_panel import MethodPanel
-from gui.widgets.sampler_panel import SamplerPanel, parse_bias
+from gui.controls.method_panel import MethodPanel
+from gui.controls.sampler_panel import SamplerPanel, parse_bias
 
 EVERYTHING = SamplerSettings(
     temperature=0.8, top_k=33, top_p=0.9, min_p=0.05, typical_p=0.95, repetition_penalty=1.15,

@@ -11,8 +11,8 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor, QTextDocument
 
 from engine.tree.score import score_text
-from gui.score_actions import MAX_SCORE_FILE_BYTES, SCORE_TOP_N, read_text_file
-from gui.theme import bucket_of
+from gui.common.theme import bucket_of
+from gui.score.actions import MAX_SCORE_FILE_BYTES, SCORE_TOP_N, read_text_file
 
 TEXT, CONTEXT = "The cat sat on the mat, quietly.", "Story: "
 
@@ -21,7 +21,7 @@ def scored(qtbot, window, text=TEXT, prompt=CONTEXT):
     with qtbot.waitSignal(window.runner.job_done, timeout=60000):
         window.show_score(text, prompt)
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=5000)
-    return window.scoring
+    return window.score
 
 
 def span_colour(pane, i):
@@ -147,7 +147,7 @@ def test_nothing_to_score_is_refused(qtbot, window, tiny_dir):
 
 def test_file_menu_has_score_a_text(window):
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
-    assert window.scoring.action in file_menu.actions()
+    assert window.score.action in file_menu.actions()
 
 
 def test_a_long_title_wraps_instead_of_widening_the_column(qtbot):
@@ -155,7 +155,7 @@ def test_a_long_title_wraps_instead_of_widening_the_column(qtbot):
     the run" made the middle column so wide that the window ran off the screen."""
     from PySide6.QtGui import QFont
 
-    from gui.widgets.score_view import ScoreView
+    from gui.score.view import ScoreView
 
     view = ScoreView()
     qtbot.addWidget(view)
@@ -179,7 +179,7 @@ def test_no_context_marks_the_first_token_and_numbers_agree(qtbot, window, chat_
     """Issue 34, item 4: with no context the first token is marked and left out of the
     most-surprising pick; the header, the text's tooltip and the plot give a token the same
     number."""
-    from gui.widgets.score_view import token_tooltip
+    from gui.score.view import token_tooltip
 
     load(qtbot, window, chat_bos_dir)
     text = "the cat sat on a mat and the dog ran far"
@@ -208,7 +208,7 @@ def test_no_context_marks_the_first_token_and_numbers_agree(qtbot, window, chat_
 def test_the_context_field_explains_itself(qtbot):
     from PySide6.QtWidgets import QLabel
 
-    from gui.score_actions import ScoreDialog
+    from gui.score.actions import ScoreDialog
 
     dialog = ScoreDialog(None)
     qtbot.addWidget(dialog)
@@ -220,7 +220,7 @@ def test_the_context_field_explains_itself(qtbot):
 def test_a_rank_past_a_served_top_n_reads_as_a_bound():
     """SGLang lists only its top-N: a token outside them ranks at least N + 1, and says so."""
     from engine.tree.scored import ScoredToken
-    from gui.widgets.score_view import describe_token, token_tooltip
+    from gui.score.view import describe_token, token_tooltip
 
     bound = ScoredToken(0, 7, " cat", -6.0, 21, 8.66, rank_bound=True)
     exact = ScoredToken(1, 8, " sat", -0.1, 1, 0.14)

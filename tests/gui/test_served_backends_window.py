@@ -75,22 +75,22 @@ def test_the_window_says_what_each_server_returns_and_draws_only_that(
 def test_scoring_a_text_is_refused_in_one_message(qtbot, window, monkeypatch, tiny, kind):
     open_fake(qtbot, window, monkeypatch, tiny, kind)
     with qtbot.waitSignal(window.runner.failed, timeout=30000):
-        window.scoring.show("[5][17][99]", "[2]")
+        window.score.show("[5][17][99]", "[2]")
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=5000)
     assert "returns no prompt log-probabilities" in window.last_error
-    assert not window.scoring.view.isVisible()
+    assert not window.score.view.isVisible()
 
 
 def test_scoring_on_sglang_shows_bounded_ranks(qtbot, window, monkeypatch, tiny):
     open_fake(qtbot, window, monkeypatch, tiny, "sglang")
     with qtbot.waitSignal(window.runner.job_done, timeout=30000):
-        window.scoring.show("[5][17][99][240][31]", "[2][40]")
-    qtbot.waitUntil(lambda: window.scoring.view.isVisible(), timeout=5000)
-    score = window.scoring.score
+        window.score.show("[5][17][99][240][31]", "[2][40]")
+    qtbot.waitUntil(lambda: window.score.view.isVisible(), timeout=5000)
+    score = window.score.score
     assert score is not None and len(score.tokens) == 5
     assert any(t.rank_bound for t in score.tokens)  # SGLang listed 20 of 384
     bound = next(t for t in score.tokens if t.rank_bound)
-    window.scoring.select(bound.index)
+    window.score.select(bound.index)
     assert f"rank ≥{bound.rank}" in window.plots.dist_box.info.text()
 
 
@@ -100,7 +100,7 @@ def test_a_served_model_b_in_lockstep_says_its_kl_is_a_lower_bound(
     """Experiments > Two models in lockstep… offers the served recents as model B; B (the same
     weights as A, on a replayed llama-server) is asked for its top-N at each of A's prefixes:
     KL ~ 0 and read as '≥', Jaccard 1, greedy agreement 100%, the bound said in the view."""
-    from gui.widgets.experiment_dialogs import LockstepDialog
+    from gui.experiments.dialogs import LockstepDialog
 
     load(qtbot, window, tiny_dir)
     window.prompt.setPlainText("Hello there")
@@ -125,7 +125,7 @@ def test_a_served_model_b_in_lockstep_says_its_kl_is_a_lower_bound(
 
     monkeypatch.setattr(LockstepDialog, "exec", choose_served)
     view = window.plots.experiments.lockstep
-    run(qtbot, window, window.lab.ask_lockstep)
+    run(qtbot, window, window.experiments.ask_lockstep)
     qtbot.waitUntil(lambda: len(view.steps) == 6, timeout=5000)
     assert opened == [(URL, {"kind": "llama-server", "tokenizer": str(tiny_dir),
                              "server_sampler": False, "raw_logprobs": False})]  # fmt: skip

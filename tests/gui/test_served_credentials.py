@@ -2,7 +2,7 @@
 an error message, the settings or the autosave."""
 
 from engine.models.catalog import served_source
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 SECRET = "hunter2-secret-pw"
 

@@ -4,7 +4,7 @@ the method panel's stream mode, and a clear message when nothing listens at the 
 import pytest
 
 from engine.records import SAMPLING, SERVED_STREAM
-from gui.widgets.served_dialog import ServedDialog, parse_served, served_source, served_title
+from gui.models.served_dialog import ServedDialog, parse_served, served_source, served_title
 
 
 def test_dialog_gives_a_source_without_a_key(qtbot, monkeypatch):
@@ -90,7 +90,7 @@ def test_a_served_step_shows_the_mass_outside_its_candidates_as_one_bar(qtbot, w
 
 
 def test_dialog_remembers_the_server_kind_and_its_options(qtbot):
-    from gui.model_actions import served_run_options
+    from gui.models.actions import served_run_options
 
     dialog = ServedDialog()
     qtbot.addWidget(dialog)
@@ -186,7 +186,7 @@ SERVER_FIELDS = {  # kind: (llama.cpp's sampler offered, SGLang's raw flag offer
 
 @pytest.mark.parametrize("kind", list(SERVER_FIELDS))
 def test_dialog_offers_only_what_the_chosen_server_has_and_gives_back_every_field(qtbot, kind):
-    from gui.model_actions import served_run_options
+    from gui.models.actions import served_run_options
 
     dialog = ServedDialog()
     qtbot.addWidget(dialog)
@@ -232,7 +232,7 @@ def test_recents_of_one_address_with_other_choices_read_apart():
 def test_the_recents_keep_the_server_and_its_options_across_a_restart(
     qtbot, window, store, autosave, monkeypatch
 ):
-    from gui.window import MainWindow
+    from gui.shell.window import MainWindow
 
     llama = served_source(
         "http://127.0.0.1:8080", "", "none", "llama-server",

@@ -8,7 +8,7 @@ from conftest import load, run
 from word_models import save_word_model
 
 from engine.records import Candidate, RunStarted, Step
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_the_autosave_reads_the_kept_trees_back_and_names_a_damaged_one(tmp_path
 
     from engine.validate import InputError
     from engine.validate.autosave import parse_autosave
-    from gui.store import RunStore
+    from gui.core.store import RunStore
 
     store = RunStore()
     for prompt, chat in (("a", False), ("b", True), ("c", False)):

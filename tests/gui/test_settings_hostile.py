@@ -4,7 +4,7 @@ settings file never stops the window, and a broken "last model" gets a message."
 import pytest
 
 from engine.validate import settings as check
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 HOSTILE = [
     ("window/zoom", "abc"),

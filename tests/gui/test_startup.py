@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import sys, tempfile, pathlib
-from gui.app import isolated_window, make_app
+from gui.shell.app import isolated_window, make_app
 app = make_app()
 window = isolated_window(pathlib.Path(tempfile.mkdtemp()))
 app.processEvents()
@@ -55,8 +55,8 @@ def test_pyside_import_hook_no_longer_reads_every_imported_module():
         pytest.skip("this PySide has no import hook to tame")
     import json
 
-    import gui.window
+    import gui.shell.window
 
     assert getattr(scan, "decoding_lab", False)
     assert scan(json) is False  # answered from the name: outside the app
-    assert scan(gui.window) is True  # the app's own modules are still read
+    assert scan(gui.shell.window) is True  # the app's own modules are still read

@@ -9,7 +9,7 @@ import math
 from engine.classroom.export import step_to_dict
 from engine.records import Candidate, StageNote, Step
 from engine.validate.steps import read_steps
-from gui.store import _dumps
+from gui.core.store import _dumps
 
 
 def step(text: str, entropy: float = 1.5, notes: tuple[StageNote, ...] = ()) -> Step:

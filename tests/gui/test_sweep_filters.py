@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QCheckBox, QLabel
 
 from engine import GenerationSession
 from engine.experiments.sweep import sweep
-from gui.widgets.experiment_dialogs import SweepDialog
+from gui.experiments.dialogs import SweepDialog
 
 PROMPT = "Once upon a time"
 BALANCED = dict(temperature=1.0, top_k=40, top_p=0.9, max_new_tokens=5, seed=7)
@@ -48,7 +48,7 @@ def test_only_this_setting_turns_the_others_off_for_the_sweep_alone(qtbot, windo
         return GenerationSession.over(bundle, ids, s, top_n=1)
 
     for only in (False, True):
-        run(qtbot, window, lambda o=only: window.lab.sweep("temperature", [2.0], only=o))
+        run(qtbot, window, lambda o=only: window.experiments.sweep("temperature", [2.0], only=o))
         said = "Nothing else on" if only else "Also on"
         qtbot.waitUntil(lambda s=said: s in view.info.text(), timeout=5000)
         base = before.with_(top_k=0, top_p=1.0) if only else before

@@ -10,8 +10,8 @@ from dataclasses import replace
 from PySide6.QtCore import Qt
 
 from engine.records import Candidate, Rewind, RunStarted, Step
-from gui.widgets.step_text import pct
-from gui.widgets.tree_view import NODE
+from gui.common.step_text import pct
+from gui.tree.view import NODE
 
 WORDS = [
     "Once",
@@ -128,7 +128,7 @@ def test_the_keys_move_on_every_row_and_home_goes_to_the_prompt(qtbot, window):
 def test_the_expand_dialog_names_its_node_and_tooltips_show_tokens_as_text(qtbot, window):
     from PySide6.QtWidgets import QLabel
 
-    from gui.widgets.expand_dialog import ExpandDialog
+    from gui.tree.expand_dialog import ExpandDialog
 
     tree, view = grow(window)
     window.tree.goto(tree.path()[5])

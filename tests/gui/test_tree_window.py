@@ -11,8 +11,8 @@ from PySide6.QtCore import Qt
 from engine.records import Candidate, Rewind, RunStarted, Step
 from engine.tree import RunTree
 from engine.tree.expand import ExpandOptions, expand
-from gui.store import RunStore
-from gui.window import MainWindow
+from gui.core.store import RunStore
+from gui.shell.window import MainWindow
 
 
 def step(i: int, token: int) -> Step:
@@ -228,7 +228,7 @@ def test_tree_files_round_trip_and_a_bad_one_is_one_message(qtbot, window, tmp_p
 
 
 def test_the_tree_tab_draws_rows_colours_the_path_and_folds(qtbot, window):
-    from gui.widgets.tree_view import NODE, prob_colour
+    from gui.tree.view import NODE, prob_colour
 
     store = window.store
     store.push(RunStarted("sampling", "p", 2))

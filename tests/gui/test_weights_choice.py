@@ -3,7 +3,7 @@ the current model in the new weights, and the window remembers it as it remember
 
 from conftest import load, run
 
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 
 def test_weights_choice_loads_reloads_and_is_remembered(qtbot, window, tiny_dir, store, autosave):

@@ -7,8 +7,8 @@ import pytest
 from conftest import load, run
 
 from engine import GenerationSession
-from gui.widgets.token_pane import tooltip_html
-from gui.window import MainWindow
+from gui.run.token_pane import tooltip_html
+from gui.shell.window import MainWindow
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
@@ -300,7 +300,7 @@ def test_stop_during_load_keeps_the_previous_model(qtbot, window, tiny_dir, tiny
 
 def test_step_summary_escapes_special_tokens():
     from engine.records import Step
-    from gui.widgets.step_text import step_summary
+    from gui.common.step_text import step_summary
 
     step = Step(
         index=0,

@@ -20,7 +20,7 @@ from engine.models.catalog import _smollm2_path, served_source
 from engine.records import SERVED_STREAM
 from engine.serve.llama_server_run import start_llama_server
 from engine.serve.vllm_server import bundled_hf_folder
-from gui.window import MainWindow
+from gui.shell.window import MainWindow
 
 PROMPT = "Why is the sky blue? Answer in one sentence."
 
@@ -48,7 +48,7 @@ def lockstep(app: QApplication, w: MainWindow, url: str) -> None:
                 and not w.runner.busy, 300), "the local model did not load"  # fmt: skip
     w.prompt.setPlainText(PROMPT)
     w.sampler.set_settings(w.sampler.settings().with_(temperature=0.0, max_new_tokens=12))
-    job(app, w, lambda: w.lab.lockstep(source_b, 5))
+    job(app, w, lambda: w.experiments.lockstep(source_b, 5))
 
 
 def main() -> None:

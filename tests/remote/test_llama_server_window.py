@@ -22,7 +22,7 @@ def test_window_shows_what_llama_server_returns(qtbot, tmp_path, llama_server, h
 
     from engine.models.catalog import served_source
     from engine.records import SERVED_STREAM
-    from gui.window import MainWindow
+    from gui.shell.window import MainWindow
 
     store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(settings_store=store, autoload=False, autosave_path=tmp_path / "a.json")

@@ -20,7 +20,7 @@ def test_window_explores_the_served_model(qtbot, tmp_path, vllm_server, hf_folde
 
     from engine.records import Step
     from engine.serve.remote_session import RemoteBundle
-    from gui.window import MainWindow
+    from gui.shell.window import MainWindow
 
     store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(settings_store=store, autoload=False, autosave_path=tmp_path / "a.json")

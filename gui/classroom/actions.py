@@ -1,0 +1,295 @@
+"""Lessons in the window: the Lessons menu and File > Open lesson…, the lesson panel (a dock
+that walks through the stages and sets the window up for each), the guess round (the class
+guesses the next token; Reveal makes the step and shows its distribution with the guesses
+marked), and File > Export run as web page. ``Classroom`` never imports the window:
+``LessonHost`` below is what a lesson stage sets up and calls there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QFont
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMenu,
+    QMenuBar,
+    QPlainTextEdit,
+    QWidget,
+)
+
+from engine.classroom.lessons import (
+    ACTION_GENERATE,
+    ACTION_SCORE,
+    ACTION_TREE,
+    FOCUS_BEAM_TREE,
+    FOCUS_COMPARE,
+    FOCUS_ENTROPY,
+    FOCUS_INSIDE,
+    FOCUS_SPEED,
+    Lesson,
+    LessonError,
+    LessonStage,
+    bundled_lessons,
+    load_lesson,
+    load_stage_tree,
+)
+from engine.records import SPEC_DRAFT
+from engine.sampling.settings import SamplerSettings
+from gui.classroom.guess_panel import GuessPanel
+from gui.classroom.lesson_panel import LessonPanel, apply_to_panels
+from gui.shell.presentation import PRESENT_TOP_N
+
+if TYPE_CHECKING:
+    from engine.classroom.guess import GuessRound
+    from engine.models.loading import ModelBundle
+    from engine.tree.model import RunTree
+    from gui.controls.method_panel import MethodPanel
+    from gui.controls.sampler_panel import SamplerPanel
+    from gui.core.store import RunStore
+    from gui.core.worker import EngineRunner
+    from gui.experiments.actions import ExperimentActions
+    from gui.inside.actions import InsideActions
+    from gui.run.view import RunView
+    from gui.shell.areas import OutputBox, PlotArea, PromptBox
+
+
+class LessonHost(Protocol):
+    """The window as a lesson sees it: the panels a stage sets, the runs it starts."""
+
+    runner: EngineRunner
+    bundle: ModelBundle | None
+    store: RunStore
+    views: RunView
+    prompt: QPlainTextEdit
+    prompt_box: PromptBox
+    sampler: SamplerPanel
+    method: MethodPanel
+    plots: PlotArea
+    status_text: QLabel
+    lab: ExperimentActions  # an experiment stage's N or values
+    inside: InsideActions  # an Inside stage's page, view and token
+    output: OutputBox
+
+    @property
+    def presenting(self) -> bool: ...
+    def window(self) -> QWidget: ...  # the docks' and actions' parent
+    def menuBar(self) -> QMenuBar: ...  # noqa: N802 - Qt's names
+    def addAction(self, action: QAction) -> None: ...  # noqa: N802
+    def addDockWidget(self, area: Qt.DockWidgetArea, dock: QDockWidget) -> None: ...  # noqa: N802
+    def tabifyDockWidget(self, first: QDockWidget, second: QDockWidget) -> None: ...  # noqa: N802
+    def text_points(self) -> int: ...
+    def after_idle(self, fn: Callable[[], None]) -> None: ...
+    def load_model(self, source: str) -> None: ...
+    def load_draft(self, source: str) -> None: ...
+    def step_once(self) -> None: ...
+    def export(self, kind: str, path: str | None = None) -> bool: ...
+    def show_error(self, message: str) -> None: ...
+    def show_score(self, text: str, prompt: str = "") -> None: ...
+    def open_tree(self, tree: RunTree) -> None: ...
+
+
+class Classroom:
+    """The window's lesson and guess-round state (the window owns one)."""
+
+    def __init__(self, w: LessonHost) -> None:
+        self.w = w
+        self.stage: LessonStage | None = None
+        self.lost: list[str] = []  # stage settings the sampler panel has no control for
+        self.panel = LessonPanel()
+        self.guess = GuessPanel()
+        self.lesson_dock = self._dock("Lesson", "lesson_dock", self.panel)
+        self.guess_dock = self._dock("Guess the next token", "guess_dock", self.guess)
+        w.tabifyDockWidget(self.lesson_dock, self.guess_dock)
+        self.lesson_dock.raise_()
+        self.panel.stage_selected.connect(self.apply_stage)
+        self.panel.closed.connect(self.close_lesson)
+        self.guess.reveal_requested.connect(self.step_for_guess)
+        self.guess.revealed.connect(self.show_guesses)
+        self._revealing = False
+
+    def _dock(self, title: str, name: str, widget: object) -> QDockWidget:
+        dock = QDockWidget(title, self.w.window())
+        dock.setObjectName(name)
+        dock.setWidget(widget)  # type: ignore[arg-type]
+        dock.setAllowedAreas(Qt.DockWidgetArea.LeftDockWidgetArea
+                             | Qt.DockWidgetArea.RightDockWidgetArea)  # fmt: skip
+        self.w.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
+        dock.hide()
+        return dock
+
+    # -- menus --------------------------------------------------------------------------------
+
+    def build_menus(self) -> None:
+        w, top = self.w, self.w.window()
+        help_menu = w.menuBar().actions()[-1]
+        menu = QMenu("&Lessons", top)
+        menu.setObjectName("lessons_menu")
+        w.menuBar().insertMenu(help_menu, menu)
+        try:
+            lessons = bundled_lessons()
+        except LessonError as exc:  # a broken bundled file: say so, keep the others usable
+            lessons = []
+            w.status_text.setText(str(exc))
+        for lesson in lessons:
+            action = QAction(lesson.title, top)
+            action.triggered.connect(lambda _=False, les=lesson: self.open_lesson(les))
+            menu.addAction(action)
+        menu.addSeparator()
+        self.guess_action = QAction("Guess round", top)
+        self.guess_action.setShortcut("Ctrl+G")
+        self.guess_action.setToolTip("The class guesses the next token; Reveal makes the step")
+        self.guess_action.triggered.connect(self.show_guess_round)
+        w.addAction(self.guess_action)
+        menu.addAction(self.guess_action)
+        self.open_action = QAction("Open lesson…", top)
+        self.open_action.setToolTip("A lesson file of your own (YAML; see the README)")
+        self.open_action.triggered.connect(lambda: self.open_file(None))
+        self.share_action = QAction("Export run as web page…", top)
+        self.share_action.setToolTip(
+            "One HTML file students can open in any browser: the text coloured by probability, "
+            "the top tokens of every step"
+        )
+        self.share_action.triggered.connect(lambda: w.export("html"))
+        file_menu = w.menuBar().actions()[0].menu()
+        first = file_menu.actions()[0]
+        file_menu.insertAction(first, self.open_action)
+        file_menu.insertSeparator(first)
+        file_menu.insertAction(file_menu.actions()[-2], self.share_action)
+
+    # -- lessons ------------------------------------------------------------------------------
+
+    def open_file(self, path: str | None) -> bool:
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(
+                self.w.window(), "Open lesson", str(Path.home()), "Lessons (*.yaml *.yml)"
+            )
+            if not path:
+                return False
+        try:
+            lesson = load_lesson(path)
+        except LessonError as exc:
+            self.w.show_error(f"This lesson file cannot be used.\n\n{exc}")
+            return False
+        self.open_lesson(lesson)
+        return True
+
+    def open_lesson(self, lesson: Lesson) -> None:
+        self.lesson_dock.show()
+        self.lesson_dock.raise_()
+        self.panel.set_font_size(self.w.text_points())
+        self.panel.set_lesson(lesson)  # emits stage_selected for the first stage
+
+    def close_lesson(self) -> None:
+        self.stage, self.lost = None, []
+        self.lesson_dock.hide()
+
+    def apply_stage(self, stage: LessonStage) -> None:
+        """Set the window up as the stage says; the teacher then presses what it says."""
+        w = self.w
+        if w.runner.busy:
+            w.runner.stop()
+            w.after_idle(lambda: self.apply_stage(stage))
+            return
+        self.stage = stage
+        if stage.model and (w.bundle is None or w.bundle.source_key != stage.model):
+            w.load_model(stage.model)
+        w.prompt.setPlainText(stage.prompt)
+        if stage.use_chat_template is not None and w.prompt_box.chat_template.isEnabled():
+            w.prompt_box.chat_template.setChecked(stage.use_chat_template)
+        w.sampler.random_seed.setChecked(False)  # the lesson's seed, so the class sees it
+        self.lost = apply_to_panels(stage, w.sampler, w.method)
+        if stage.top_n:  # in the presentation view no more bars than 20 pt labels allow
+            cap = PRESENT_TOP_N if w.presenting else stage.top_n
+            w.plots.dist_box.top_n.setValue(min(stage.top_n, cap))
+        if stage.method == SPEC_DRAFT and stage.draft_model:
+            w.after_idle(lambda: w.load_draft(stage.draft_model))
+        tabs = {FOCUS_BEAM_TREE: w.plots.beam_panel, FOCUS_COMPARE: w.plots.compare_view,
+                FOCUS_INSIDE: w.inside.view}  # fmt: skip
+        colour = stage.options.get("colour")
+        if colour is not None:
+            combo = w.output.color_mode
+            combo.setCurrentIndex(max(0, combo.findData(colour)))
+        w.inside.prepare_stage(stage.options)
+        w.plots.tabs.setCurrentWidget(tabs.get(stage.focus, w.plots.dist_box))
+        if stage.focus in (FOCUS_SPEED, FOCUS_ENTROPY) and not w.presenting:
+            w.plots.curves.show()
+        if stage.guess:
+            self.show_guess_round()
+        if stage.action in (ACTION_TREE, ACTION_SCORE):
+            w.status_text.setText(f"Lesson: {stage.title}. {self.show_multiverse(stage)}")
+            return
+        press = "Generate" if stage.action == ACTION_GENERATE else stage.action.capitalize()
+        w.status_text.setText(f"Lesson: {stage.title}. Press {press} when ready.")
+        w.experiments.prepare_stage(stage)  # an experiment stage: its N or values, page, words
+
+    def show_multiverse(self, stage: LessonStage) -> str:
+        """Open a tree stage's prepared tree or score a score stage's text; what to tell the
+        class next (or why nothing opened)."""
+        w, lesson = self.w, self.panel.lesson
+        if stage.action == ACTION_SCORE:
+            # once the window is idle: the stage may have just started loading its model
+            w.after_idle(lambda: w.show_score(stage.score_text or "", stage.prompt))
+            return "Click a token of the scored text."
+        try:  # a fresh copy from the file: checked when the lesson was read, but files change
+            tree = load_stage_tree(stage, lesson.path if lesson else None)
+        except LessonError as exc:
+            self.w.show_error(f"This lesson's tree cannot be opened.\n\n{exc}")
+            return "The prepared tree could not be opened."
+        w.after_idle(lambda: w.open_tree(tree))
+        return "Click a node of the tree."
+
+    def settings(self, panel: SamplerSettings) -> SamplerSettings:
+        """The panel's settings, plus the stage's values for settings the panel cannot show."""
+        if self.stage is None or not self.lost:
+            return panel
+        return panel.with_(**{name: getattr(self.stage.settings, name) for name in self.lost})
+
+    def set_text_size(self, font: QFont, presenting: bool) -> None:
+        """The window's zoom (``font`` at its size): the lesson text, the guess round's score."""
+        pt = font.pointSize()
+        self.panel.set_font_size(max(pt + 3, 27) if presenting else pt + 3)
+        score = QFont(font)
+        score.setBold(True)
+        score.setPointSizeF(pt * 1.3)
+        self.guess.score.setFont(score)
+        self.guess.score.setWordWrap(True)
+
+    # -- guess round --------------------------------------------------------------------------
+
+    def show_guess_round(self) -> None:
+        self.guess_dock.show()
+        self.guess_dock.raise_()
+        self.guess.guesses.setFocus()
+
+    def step_for_guess(self) -> None:
+        """Reveal with no step armed: make the next token now, then score and show it."""
+        w = self.w
+        if w.runner.busy or w.bundle is None:
+            return
+        self._revealing = True
+        w.step_once()
+        if not w.runner.busy:  # the step could not start (the run had ended, ...)
+            self._revealing = False
+
+    def job_done(self, name: str) -> None:
+        """The window calls this after every job: a guess's step arrives here."""
+        if not self._revealing:
+            return
+        self._revealing = False
+        if name in ("step", "resume") and self.w.store.steps:
+            bundle = self.w.bundle
+            typed = self.guess.guesses.toPlainText()  # set_step clears the box
+            self.guess.set_step(self.w.store.steps[-1], bundle.tokenizer if bundle else None)
+            self.guess.guesses.setPlainText(typed)
+            self.guess.reveal()
+
+    def show_guesses(self, round_: GuessRound) -> None:
+        w = self.w
+        w.plots.tabs.setCurrentWidget(w.plots.dist_box)
+        w.views.select(None)
+        w.plots.dist_box.plot.set_marks(round_.marks())

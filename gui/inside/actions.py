@@ -1,0 +1,327 @@
+"""Inside the step in the window (issue 33). The Inside tab follows the step in view: the run's
+clicked token (else its last), or the scored text's clicked token while the Score view is open.
+Each step is read by one job on the runner, only when the tab is shown and the runner is idle:
+a run is never slowed or interrupted (the tab says so and catches up when it ends), and with
+the tab closed nothing is computed. The last few results are kept, so going back is instant.
+
+"Colour by decision layer" in the output pane asks for the run's decision strip the same way;
+the Inputs page asks for integrated gradients on demand (progress in the status bar, Stop).
+
+The window makes one ``InsideActions(window)``; what it uses of the window is ``InsideHost``."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from PySide6.QtCore import QTimer, Slot
+
+from engine.classroom.lesson_reader import INSIDE_PAGES
+from gui.core.runtime import all_cores
+from gui.inside.view import InsideView
+from gui.run.token_pane import COLOR_BY_DECISION
+
+KEEP = 12  # steps whose views are kept
+POLL_MS = 200  # how often the tab checks which step is in view
+JOBS = ("inside", "decision strip", "attribution")  # the jobs that leave the Score view open
+
+
+class InsideHost(Protocol):
+    plots: Any  # gui.shell.areas.PlotArea
+    tabs: Any
+    runner: Any  # gui.core.worker.EngineRunner
+    bundle: Any
+    store: Any  # gui.core.store.RunStore
+    views: Any  # gui.run.view.RunView
+    scoring: Any  # gui.score.actions.ScoreActions
+    pane: Any  # the output's TokenPane
+    output: Any  # gui.shell.areas.OutputBox
+    status_text: Any
+    run_finished: Any  # Signal(RunSummary)
+    theme: Any
+    appearance: Any
+
+    def text_points(self) -> int: ...
+    def show_error(self, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Target:
+    """A path and one of its tokens, as the job needs them (plain values: they cross threads)."""
+
+    key: tuple[Any, ...]
+    where: str
+    prompt: str  # the run's prompt (encoded on the job's thread) ...
+    chat: bool
+    context: tuple[int, ...] | None  # ... or the ids a scored text was read after
+    tokens: tuple[int, ...]
+    step: int
+
+    def path(self, bundle: Any) -> Any:
+        from engine.internals.inspect import path_for
+
+        context = self.context
+        if context is None:
+            context = tuple(bundle.encode_prompt(self.prompt, self.chat))
+        return path_for(bundle, context, self.tokens)
+
+
+class InsideActions:
+    def __init__(self, w: InsideHost) -> None:
+        self.w = w
+        self.view = InsideView()
+        w.plots.tabs.insertTab(1, self.view, "Inside")
+        self.results: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self.failed: dict[tuple[Any, ...], str] = {}
+        self.shown: tuple[Any, ...] | None = None
+        self.strip_key: tuple[Any, ...] | None = None  # the path the strip is (being) read for
+        self.strips: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # DecisionStrip by path
+        self.current: Target | None = None
+        w.output.color_mode.addItem("Colour by decision layer", COLOR_BY_DECISION)
+        self.view.inputs.requested.connect(self.attribute)
+        w.plots.tabs.currentChanged.connect(lambda _i: self.sync())
+        # a click asks at once (after the window's own handlers chose the step), not at the poll
+        w.pane.token_clicked.connect(lambda _i: self.sync())
+        w.score.view.token_clicked.connect(lambda _i: self.sync())
+        w.score.view.colour.currentIndexChanged.connect(lambda _i: self.sync())
+        w.output.color_mode.currentIndexChanged.connect(lambda _i: self.sync())
+        w.appearance.on_look.append(self.apply_look)
+        w.runner.failed.connect(self._job_failed)
+        w.run_finished.connect(self._after_run)
+        self.after_run_step: int | None = None  # a lesson stage's token, shown when its run ends
+        w.runner.fraction.connect(self._progress)
+        self.timer = QTimer(self.view, interval=POLL_MS, timeout=self.sync)
+        self.timer.start()
+
+    # -- what is in view ------------------------------------------------------------------------
+
+    def _target(self) -> Target | None:
+        w = self.w
+        scoring = w.score
+        if scoring.view.isVisible() and scoring.score is not None:
+            score, i = scoring.score, scoring.selected
+            if i is None or not 0 <= i < len(score.tokens):
+                return None
+            tokens = tuple(t.token_id for t in score.tokens)
+            where = f"Token {score.tokens[i].index + 1} of the scored text:"
+            context = tuple(score.context_ids)
+            return Target(("score", id(score), i), where, "", False, context, tokens, i)
+        run, steps = w.store.run, w.store.steps
+        if run is None or not steps:
+            return None
+        sel = w.views.selected
+        i = sel if sel is not None and sel < len(steps) else len(steps) - 1
+        tokens = tuple(s.token_id for s in steps[: i + 1])
+        key = ("run", run.prompt, bool(run.chat_template), tokens)
+        return Target(key, f"Token {i + 1} of the run:", run.prompt, bool(run.chat_template),
+                      None, tokens, i)  # fmt: skip
+
+    def _unavailable(self) -> str | None:
+        bundle = self.w.bundle
+        if bundle is None:
+            return "No model is loaded yet."
+        if getattr(bundle, "model", None) is None:
+            return ("Inside the step needs the model's weights: open a local model (a served "
+                    "model sends only its top-N probabilities, not its layers).")  # fmt: skip
+        return None
+
+    @Slot()
+    def sync(self) -> None:
+        """Show the step in view, asking for it when it is not at hand. With the tab closed and
+        no pane coloured by decision layer this returns at once (it runs five times a second)."""
+        w = self.w
+        self._sync_strip()  # where a pane is coloured by decision layer
+        if w.plots.tabs.currentWidget() is not self.view:
+            return
+        target = self._target()
+        if target is None:
+            self.view.show_message("Generate, or click a token, to look inside the step that "
+                                   "made it.")  # fmt: skip
+            return
+        if target.key == self.shown:
+            return
+        result = self.results.get(target.key)
+        if result is not None:
+            self._show(target, result)
+            return
+        why = self._unavailable() or self.failed.get(target.key)
+        if why is not None:
+            self.view.show_message(why)
+            self.shown = target.key
+            return
+        if w.runner.busy:
+            if w.runner.job_name not in JOBS:
+                self.view.show_message("The run is busy: this tab catches up when it stops.")
+            return
+        self._start(target)
+
+    def _start(self, target: Target) -> None:
+        def work(_job: Any, bundle: Any) -> Any:
+            from engine.errors import InternalsUnavailable
+            from engine.internals.inspect import inspect_step
+
+            try:
+                with all_cores():
+                    return inspect_step(bundle, target.path(bundle), target.step)
+            except InternalsUnavailable as exc:  # said in the tab, not in a dialog
+                return str(exc)
+
+        def done(inside: Any) -> None:
+            if isinstance(inside, str):
+                self.failed[target.key] = inside
+                self.shown = target.key
+                self.view.show_message(inside)
+                return
+            self.results[target.key] = inside
+            while len(self.results) > KEEP:
+                self.results.popitem(last=False)
+            self._show(target, inside)
+
+        self.view.show_message(f"Reading inside token {target.step + 1}…")
+        self.current = target
+        self.w.runner.job("inside", work, done)
+
+    def _show(self, target: Target, inside: Any) -> None:
+        self.shown, self.current = target.key, target
+        self.results.move_to_end(target.key)
+        self.view.show_inside(inside, target.where)
+
+    @Slot(str)
+    def _job_failed(self, message: str) -> None:
+        """A job of ours failed (the window shows the message): do not ask again for it."""
+        if self.w.runner.job_name in JOBS and self.current is not None:
+            self.failed[self.current.key] = message
+            self.view.show_message(message)
+            self.shown = self.current.key
+            self.view.inputs.button.setEnabled(True)
+            self.view.inputs.progress.hide()
+
+    # -- the decision strip -------------------------------------------------------------------
+
+    def _strip_target(self) -> tuple[Any, Target] | None:
+        """The pane coloured by decision layer (the Score view's while it is open, else the
+        output's) and the path it shows; None when neither asks for decision layers."""
+        w, scoring = self.w, self.w.score
+        scored = scoring.view.isVisible() and scoring.score is not None
+        if (scoring.view.pane if scored else w.pane).mode != COLOR_BY_DECISION:
+            return None  # nothing asked: nothing built (this runs five times a second)
+        if scored:
+            score, pane = scoring.score, scoring.view.pane
+            tokens = tuple(t.token_id for t in score.tokens)
+            target = Target(("strip", "score", id(score)), "", "", False,
+                            tuple(score.context_ids), tokens, 0)  # fmt: skip
+        else:
+            run, steps, pane = w.store.run, w.store.steps, w.pane
+            if run is None or not steps:
+                return None
+            tokens = tuple(s.token_id for s in steps)
+            key = ("strip", run.prompt, bool(run.chat_template), tokens)
+            target = Target(key, "", run.prompt, bool(run.chat_template), None, tokens, 0)
+        return pane, target
+
+    def _sync_strip(self) -> None:
+        found = self._strip_target()
+        if found is None or self.w.runner.busy or self._unavailable():
+            return
+        pane, target = found
+        key = target.key
+        if key in self.failed or pane.decisions and key == self.strip_key:
+            return
+        if key in self.strips:  # read before: the same run or text drawn again
+            self.strip_key = key
+            self._strip_done(pane, self.strips[key])
+            return
+
+        def work(_job: Any, bundle: Any) -> Any:
+            from engine.internals.inspect import decision_strip
+
+            with all_cores():
+                return decision_strip(bundle, target.path(bundle))
+
+        def done(strip: Any) -> None:
+            self.strips[key] = strip
+            while len(self.strips) > KEEP:
+                self.strips.popitem(last=False)
+            self._strip_done(pane, strip)
+            self.w.status_text.setText(f"Decision layers of {len(strip.decision)} tokens in "
+                                       f"{strip.seconds:.2f} s.")  # fmt: skip
+
+        self.strip_key = key
+        self.current = target
+        self.w.runner.job("decision strip", work, done)
+
+    def _strip_done(self, pane: Any, strip: Any) -> None:
+        pane.set_decisions(strip)
+        if pane is self.w.pane:
+            self.w.views.update_legend(self.w.theme)
+        else:
+            self.w.score.view.update_legend()
+
+    # -- input attribution --------------------------------------------------------------------
+
+    @Slot()
+    def attribute(self) -> None:
+        w, target = self.w, self.current
+        inside = self.results.get(self.shown) if self.shown is not None else None
+        if target is None or inside is None or target.key != self.shown:
+            w.show_error("Pick a token first: the Inputs page attributes the step in view.")
+            return
+        if w.runner.busy:
+            w.show_error("Busy: wait for the current job, or press Stop.")
+            return
+        page = self.view.inputs
+
+        def work(job: Any, bundle: Any) -> Any:
+            from engine.internals.attribution import Stopped, attribute_inputs
+
+            try:
+                with all_cores():
+                    return attribute_inputs(bundle, target.path(bundle), target.step,
+                                            progress=job.fraction.emit,
+                                            cancelled=job.controls.cancelled.is_set)  # fmt: skip
+            except Stopped:
+                return None
+
+        def done(result: Any) -> None:
+            page.button.setEnabled(True)
+            page.progress.hide()
+            if result is None:
+                page.clear_result("Stopped.")
+            elif self.shown == target.key:
+                page.show_attribution(result)
+
+        if w.runner.job("attribution", work, done):
+            page.button.setEnabled(False)
+            page.progress.setValue(0)
+            page.progress.show()
+            page.clear_result("Integrating the gradients along the path… (Stop ends it)")
+
+    @Slot(float)
+    def _progress(self, fraction: float) -> None:
+        if self.w.runner.job_name == "attribution":
+            self.view.inputs.progress.setValue(round(1000 * fraction))
+
+    # -- lessons ------------------------------------------------------------------------------
+
+    def prepare_stage(self, options: dict[str, Any]) -> None:
+        """A lesson stage's Inside options: the page and attention view now, the token when
+        the stage's run ends (engine.classroom.lesson_reader's inside_* options)."""
+        page = options.get("inside_page")
+        if page is not None:
+            self.view.pages.setCurrentIndex(INSIDE_PAGES.index(page))
+        self.view.attention.want(options.get("attention_view"), options.get("attention_layer"),
+                                 options.get("attention_head"))  # fmt: skip
+        self.after_run_step = options.get("inside_step")
+
+    @Slot(object)
+    def _after_run(self, _summary: Any) -> None:
+        step, self.after_run_step = self.after_run_step, None
+        if step is not None and step <= len(self.w.store.steps):
+            self.w.views.select(step - 1)
+
+    def apply_look(self) -> None:
+        presenting = self.w.appearance.presenting
+        self.view.set_theme(self.w.theme)
+        self.view.set_font_size(self.w.text_points() - (0 if presenting else 1))
+        self.view.set_compact(presenting)

@@ -1,0 +1,166 @@
+"""The presentation view (F5): for a projector. The output and the distribution fill the
+screen, the sampler becomes one strip of big sliders, everything else hides; every text is at
+least ``PRESENT_MIN_PT`` points and grows with the zoom (``gui.shell.appearance``).
+
+``Presentation`` owns the switch: whether it is on, what it hides, and the normal view's split
+and top-N it gives back. It never imports the window: ``PresentationHost`` is what it uses."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QMenuBar,
+    QPlainTextEdit,
+    QSplitter,
+    QToolBar,
+    QWidget,
+)
+
+if TYPE_CHECKING:
+    from gui.controls.presenter_strip import PresenterStrip
+    from gui.run.view import RunView
+    from gui.shell.appearance import Appearance
+    from gui.shell.areas import OutputBox, PlotArea, StatusArea
+    from gui.shell.menus import Actions
+
+PRESENT_TOP_N = 8  # bars shown when the view opens (more labels at 20 pt do not fit 720 px)
+# The tabs' names when the full ones do not fit (at 20 pt, or a narrow plots column): short
+# enough that every one reads whole at 1280x720 (they were cut to "Distributi…", "Experim…");
+# the full name is the tab's tooltip.
+SHORT_TABS = {"Distribution": "Bars", "Beam tree": "Beams", "Experiments": "Lab"}
+
+
+class LessonDocks(Protocol):
+    lesson_dock: QDockWidget
+    guess_dock: QDockWidget
+
+
+class PresentationHost(Protocol):
+    """The window as the presentation view rearranges it."""
+
+    left: QWidget
+    prompt_box: QWidget
+    prompt: QPlainTextEdit
+    output: OutputBox
+    plots: PlotArea
+    status: StatusArea
+    strip: PresenterStrip  # the presenter's sliders and the prompt's line
+    splitter: QSplitter
+    views: RunView
+    acts: Actions
+    view_toolbar: QToolBar
+    normal_only_actions: list[QAction]  # tool bar entries of the normal view only
+    classroom: LessonDocks
+
+    def menuBar(self) -> QMenuBar: ...  # noqa: N802 - Qt's name
+    def width(self) -> int: ...
+
+
+class Presentation(QObject):
+    def __init__(self, host: PresentationHost, appearance: Appearance) -> None:
+        super().__init__()
+        self.host, self.appearance = host, appearance
+        self._normal_sizes: list[int] = []  # the normal view's split, given back on leaving
+        self._normal_top_n: int | None = None  # and its number of bars
+        self._tab_names: dict[QWidget, str] = {}  # each tab's full name
+        self._watching = False  # the tab widget's size and font are watched (fit_tab_names)
+        if isinstance(host, QObject):  # once the window is built (gone with it)
+            QTimer.singleShot(0, host, self.fit_tab_names)
+        self._following = False  # the prompt line follows the editor
+
+    @property
+    def presenting(self) -> bool:
+        """Whether the view is on: the text size says it (``Appearance.presenting``)."""
+        return self.appearance.presenting
+
+    def hidden(self) -> list[QWidget]:
+        """What the presentation view hides."""
+        h = self.host
+        box = h.plots.dist_box
+        return [
+            h.left, h.prompt_box, h.plots.curves, h.menuBar(), h.view_toolbar, box.hint,
+            box.top_n_label, box.top_n, h.output.color_mode, h.status.model,
+        ]  # fmt: skip
+
+    def set_presentation(self, on: bool) -> None:
+        if on == self.presenting:
+            return
+        h = self.host
+        self.appearance.presenting = on
+        h.views.compact = on
+        h.acts.presentation.setChecked(on)
+        top_n = h.plots.dist_box.top_n
+        if on:
+            self._normal_sizes = h.splitter.sizes()
+            self._normal_top_n = top_n.value()
+            top_n.setValue(min(top_n.value(), PRESENT_TOP_N))
+        for widget in self.hidden():
+            widget.setVisible(not on)
+        for action in h.normal_only_actions:
+            action.setVisible(not on)
+        for dock in (h.classroom.lesson_dock, h.classroom.guess_dock):
+            # the panels carry their own big titles; a dock's small title bar would not
+            dock.setTitleBarWidget(QWidget() if on else None)
+            dock.setMaximumWidth(int(h.width() * 0.3) if on else 16777215)
+        h.strip.setVisible(on)
+        h.plots.fit_curves(not on)
+        h.plots.tree_view.set_compact(on)
+        self._show_prompt(on)
+        # every tab's name shown whole (short names), rather than a tab bar that scrolls and
+        # cuts the first name ("istribution") at 20 pt, or names cut to "Distributi…"
+        h.plots.tabs.setUsesScrollButtons(not on)
+        h.plots.tabs.setElideMode(Qt.TextElideMode.ElideRight)
+        self.fit_tab_names()
+        h.output.setTitle("Output" if on else h.output.normal_title)
+        self.appearance.apply_zoom(self.appearance.font_pt)
+        h.views.redraw(busy=False)
+        if on:
+            total = sum(h.splitter.sizes()) or h.width()
+            h.splitter.setSizes([0, total * 2 // 5, total * 3 // 5])
+            if h.plots.tabs.currentWidget() is h.plots.compare_view:
+                h.plots.tabs.setCurrentIndex(0)
+        else:
+            if self._normal_top_n is not None:
+                top_n.setValue(self._normal_top_n)
+            if self._normal_sizes:
+                h.splitter.setSizes(self._normal_sizes)
+
+    def _show_prompt(self, on: bool) -> None:
+        """One line under the sliders: the prompt the class reads the story from (the editor
+        is hidden), cut at its start when long."""
+        h = self.host
+        if not self._following:
+            h.prompt.textChanged.connect(lambda: self._show_prompt(self.presenting))
+            self._following = True
+        if on:
+            h.strip.prompt_line.setText(" ".join(h.prompt.toPlainText().split()))
+
+    def fit_tab_names(self) -> None:
+        """Each tab's full name where they all fit the bar, else the short names (the full one
+        in the tooltip): at 20 pt, or beside a narrow plots column in the normal view."""
+        tabs = self.host.plots.tabs
+        if not self._watching:
+            tabs.installEventFilter(self)
+            self._watching = True
+        bar, metrics = tabs.tabBar(), tabs.tabBar().fontMetrics()
+        full = []
+        for i in range(tabs.count()):
+            full.append(self._tab_names.setdefault(tabs.widget(i), tabs.tabText(i)))
+        frame = [bar.tabSizeHint(i).width() - metrics.horizontalAdvance(bar.tabText(i))
+                 for i in range(tabs.count())]  # fmt: skip
+        need = sum(f + metrics.horizontalAdvance(name) for f, name in zip(frame, full, strict=True))
+        short = need > tabs.width() - 4
+        for i, name in enumerate(full):
+            shown = SHORT_TABS.get(name, name) if short else name
+            if tabs.tabText(i) != shown:
+                tabs.setTabText(i, shown)
+            tabs.setTabToolTip(i, name if short else "")
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() in (QEvent.Type.Resize, QEvent.Type.FontChange):
+            self.fit_tab_names()
+        return False
