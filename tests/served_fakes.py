@@ -323,3 +323,87 @@ def fake_bundle(
         eos_token_ids=(), extra={"served": True}, client=client, n_logprobs=20, server_kind=kind,
         **kw,
     )  # fmt: skip
+
+
+# -- one served step in each backend's shape (issue 56: the shared step check and its fuzz) ----
+
+STEP_KINDS = ("vllm", "llama-server", "ollama", "sglang")
+
+
+def _vllm_key(tid: int, seen: set[int]) -> str:
+    """``token_id:N``; an id already used gets a leading zero, so that a JSON object (whose keys
+    are unique) can still list one id twice, as a hostile server can."""
+    key = f"token_id:{tid}"
+    while key in seen:
+        key = key.replace(":", ":0", 1)
+    seen.add(key)
+    return key
+
+
+def step_reply(kind: str, chosen: int, value, top: list, model: str = "m", post: bool = False):
+    """One position's reply in ``kind``'s documented shape: the chosen id with ``value`` (a
+    log-probability, or llama-server's post-sampling probability with ``post``) and ``top``
+    [(id, value)] in the order given. Values are sent as they are (NaN, strings, ...)."""
+    if kind == "vllm":
+        seen: set[str] = set()
+        block = {
+            "tokens": [f"token_id:{chosen}"], "token_logprobs": [value],
+            "top_logprobs": [{_vllm_key(t, seen): v for t, v in top}],
+        }  # fmt: skip
+        return {"choices": [{"logprobs": block, "finish_reason": "length"}]}
+    if kind == "llama-server":
+        field = "prob" if post else "logprob"
+        cands = [{"id": t, "token": f"[{t}]", field: v} for t, v in top]
+        row = {"id": chosen, "token": f"[{chosen}]", field: value,
+               ("top_probs" if post else "top_logprobs"): cands}  # fmt: skip
+        return {"content": "", "tokens": [chosen], "stop": True, "stop_type": "limit",
+                "completion_probabilities": [row]}  # fmt: skip
+    if kind == "ollama":
+
+        def entry(t, v):
+            piece = f"[{t}]"
+            return {"token": piece, "logprob": v, "bytes": list(piece.encode())}
+
+        row = {**entry(chosen, value), "top_logprobs": [entry(t, v) for t, v in top]}
+        return {"model": model, "response": f"[{chosen}]", "done": True, "done_reason": "length",
+                "logprobs": [row]}  # fmt: skip
+    meta = {
+        "output_token_logprobs": [[value, chosen, None]],
+        "output_top_logprobs": [[[v, t, None] for t, v in top]],
+        "completion_tokens": 1, "finish_reason": {"type": "length"},
+    }  # fmt: skip
+    return {"text": "", "meta_info": meta}
+
+
+def step_client(kind: str, handle=None, vocab: int = 1000, model: str = "m", **kw):
+    """A client of ``kind`` over an httpx.MockTransport: the model list as the server gives
+    it, and every generation request answered by ``handle(request)`` (default: 404)."""
+    from engine.serve.llama_server import LlamaServerClient
+    from engine.serve.ollama import OllamaClient, PieceMap
+    from engine.serve.remote import RemoteClient
+    from engine.serve.sglang import SGLangClient
+
+    def route(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/api/tags":
+            return _json({"models": [{"name": f"{model}:latest"}]})
+        if path == "/v1/models":
+            return _json({"data": [{"id": model, "meta": {"n_vocab": vocab}}]})
+        if handle is None:
+            return _json({"error": "not here"}, 404)
+        return handle(request)
+
+    transport = httpx.MockTransport(route)
+    options = {"transport": transport, "backoff": 0.0, **kw}
+    if kind == "ollama":
+        client = OllamaClient("http://lab-box:8080", model, **options)
+        tok = PieceTokenizer(vocab)
+        client.pieces, client.text_of = PieceMap(tok), tok.decode
+    elif kind == "sglang":
+        client = SGLangClient("http://lab-box:8080", model, **options)
+    elif kind == "llama-server":
+        client = LlamaServerClient("http://lab-box:8080", model, **options)
+    else:
+        client = RemoteClient("http://lab-box:8080", model, **options)
+    client.id_limit = vocab
+    return client

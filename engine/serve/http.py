@@ -35,6 +35,7 @@ from engine.serve.remote_errors import (
 from engine.validate import InputError
 from engine.validate import served as check
 from engine.validate.limits import MAX_REPLY_BYTES, MAX_SERVED_TOKEN_ID, REQUEST_DEADLINE_S
+from engine.validate.served_step import check_step
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -328,8 +329,27 @@ class HttpClient:
             ) from None
 
     def _broken(self, exc: InputError) -> RemoteError:
-        """A reply that failed its schema, as the error the caller shows."""
-        return RemoteError(BAD_RESPONSE, f"The server's answer is broken: {exc}.")
+        """A reply that failed its schema or the step check, as the error the caller shows:
+        the server named, what it sent, and that the run keeps what it had."""
+        return RemoteError(
+            BAD_RESPONSE,
+            f"The server's answer is broken ({self.kind or 'server'} at {self.base_url}): {exc}. "
+            "Nothing of it is shown; the tokens so far are kept.",
+        )
+
+    def _step(
+        self, chosen: int, lp: float, top: Sequence[TopToken], finish: str | None,
+        seconds: float, k: int,
+    ) -> ServedToken:  # fmt: skip
+        """One position as ids, through the one check of a served step (issue 56), as the
+        ServedToken the sessions use (candidates best first)."""
+        listed = [(t.token_id, t.logprob) for t in top]
+        try:
+            ranked = check_step(chosen, lp, listed, f"position {k + 1}", id_limit=self.id_limit)
+        except InputError as exc:
+            raise self._broken(exc) from None
+        self.note_ids([chosen, *(i for i, _lp in ranked)])
+        return ServedToken(chosen, lp, tuple(TopToken(i, v) for i, v in ranked), finish, seconds)
 
 
 def with_finish(

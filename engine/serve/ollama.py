@@ -127,7 +127,14 @@ class OllamaClient(HttpClient):
                     f"Ollama chose the token {p.piece[:40]!r}, which the local tokenizer does not "
                     "spell with one id: is it the served model's tokenizer?",
                 )
-            out.append(ServedToken(chosen, p.logprob, tuple(top), p.finish_reason, seconds))
+            if not check.same_model(p.model, self.model):
+                raise RemoteError(
+                    BAD_RESPONSE,
+                    f"Ollama at {self.base_url} answered as the model {p.model[:80]!r}, not "
+                    f"{self.model!r}: the model changed under the run, which stops here (the "
+                    "tokens so far are kept).",
+                )
+            out.append(self._step(chosen, p.logprob, top, p.finish_reason, seconds, len(out)))
         return out
 
     def next_token(self, ids: Sequence[int], n_logprobs: int = 20) -> ServedToken:

@@ -22,8 +22,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.validate.core import InputError, describe
-from engine.validate.limits import LOGPROB_TOLERANCE, MAX_SERVED_TOKEN_ID, MAX_TOP_N
-from engine.validate.served import MAX_POSITIONS, check_mass, check_rank, logprob
+from engine.validate.limits import MAX_SERVED_TOKEN_ID, MAX_TOP_N
+from engine.validate.served import MAX_POSITIONS, logprob
+from engine.validate.served_step import check_step
 
 MAX_RANK = 2**31 - 1
 
@@ -90,21 +91,19 @@ def prompt_positions(
         row = rows[i]
         if row is None:
             raise InputError(f"{where}: the server sent no log-probabilities")
-        listed = sorted(
-            ((_id(k, id_limit, where), logprob(e.logprob, where), e) for k, e in row.items()),
-            key=lambda t: (-t[1], t[0]),
-        )
-        check_mass([t[1] for t in listed], where)
-        mine = next((t for t in listed if t[0] == ids[i]), None)
+        entries = [(_id(k, id_limit, where), e) for k, e in row.items()]
+        mine = next((e for t, e in entries if t == ids[i]), None)
         if mine is None:
             raise InputError(f"{where}: the token sent ({ids[i]}) is not among those listed")
-        rank = mine[2].rank
-        if rank is None:
+        if mine.rank is None:
             raise InputError(f"{where}: the server sent no rank for the token")
-        likelier = sum(1 for t in listed if t[1] > mine[1] + LOGPROB_TOLERANCE)
-        if rank <= likelier:
-            raise InputError(f"{where}: rank {rank} but {likelier} listed tokens are likelier")
-        check_rank(rank, mine[1], where)
-        top = tuple((t[0], t[1], t[2].decoded_token) for t in listed)
-        out.append(PromptPosition(ids[i], mine[1], rank, top))
+        value = logprob(mine.logprob, where)
+        listed = [(t, logprob(e.logprob, where)) for t, e in entries]
+        # issue 56: the same check as every server's step, with the rank (SGLang's too)
+        ranked = check_step(
+            ids[i], value, listed, where, id_limit=id_limit, rank=mine.rank, generated=False
+        )
+        words = {t: e.decoded_token for t, e in entries}
+        top = tuple((t, lp, words[t]) for t, lp in ranked)
+        out.append(PromptPosition(ids[i], value, mine.rank, top))
     return out

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.validate.core import InputError, parse_as
 from engine.validate.limits import LOGPROB_TOLERANCE, MAX_SERVED_TOKEN_ID, MAX_TOP_N
+from engine.validate.served_step import check_step
 
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's spelling of a token with return_tokens_as_token_ids
 MAX_POSITIONS = 100_000  # tokens in one completion (the window's own run limit)
@@ -144,13 +145,11 @@ def positions(data: Any, id_limit: int = MAX_SERVED_TOKEN_ID) -> list[Position]:
     out = []
     for i, (key, lp, top) in enumerate(zip(block.tokens, block.token_logprobs, tops, strict=True)):
         where = f"position {i + 1}"
-        ranked = sorted(
-            ((token_id(k, id_limit), logprob(v, where)) for k, v in (top or {}).items()),
-            key=lambda t: (-t[1], t[0]),
-        )
-        check_mass([lp for _, lp in dict(ranked).items()], where)
+        chosen, value = token_id(key, id_limit), logprob(lp, where)
+        listed = [(token_id(k, id_limit), logprob(v, where)) for k, v in (top or {}).items()]
+        ranked = check_step(chosen, value, listed, where, id_limit=id_limit)  # issue 56
         finish = choice.finish_reason if i == n - 1 else None
-        out.append(Position(token_id(key, id_limit), logprob(lp, where), tuple(ranked), finish))
+        out.append(Position(chosen, value, ranked, finish))
     return out
 
 

@@ -24,12 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.validate.core import InputError, parse_as
 from engine.validate.limits import MAX_SERVED_TOKEN_ID, MAX_TOP_N
-from engine.validate.served import (
-    MAX_POSITIONS,
-    PROB_SUM_TOLERANCE,
-    check_mass,
-    logprob,
-)
+from engine.validate.served import MAX_POSITIONS, PROB_SUM_TOLERANCE, logprob
+from engine.validate.served_step import check_step
 
 TokenId = Annotated[int, Field(ge=0, le=MAX_SERVED_TOKEN_ID)]
 Number = Annotated[float, Field(allow_inf_nan=False)]
@@ -110,12 +106,24 @@ def positions(
             field = "prob/top_probs" if post else "logprob/top_logprobs"
             raise InputError(f"{where}: the server sent no {field} (it ignored n_probs?)")
         listed = [(_bounded(c.id, id_limit, where), _value(c, post, where)) for c in top]
-        listed.sort(key=lambda t: (-t[1], t[0]))
-        _check_total(dict(listed), post, where)
-        finish = FINISH.get(reply.stop_type or "") if k == len(rows) - 1 else None
         value = _value(row, post, where)
-        out.append(LlamaPosition(_bounded(row.id, id_limit, where), value, tuple(listed), finish))
+        chosen = _bounded(row.id, id_limit, where)
+        ranked = check_step(  # issue 56: the same check as every server's, on log-probabilities
+            chosen, _log(value, post), [(i, _log(v, post)) for i, v in listed], where,
+            id_limit=id_limit,
+        )  # fmt: skip
+        given = dict(listed)  # no id twice (checked): each id's value as the server sent it
+        top_out = tuple((i, given[i]) for i, _lp in ranked)
+        finish = FINISH.get(reply.stop_type or "") if k == len(rows) - 1 else None
+        out.append(LlamaPosition(chosen, value, top_out, finish))
     return out
+
+
+def _log(value: float, post: bool) -> float:
+    """A post-sampling probability as a log-probability (0 -> -inf); a logprob as it is."""
+    if not post:
+        return value
+    return math.log(value) if value > 0 else -math.inf
 
 
 def _value(c: _Candidate, post: bool, where: str) -> float:
@@ -124,18 +132,6 @@ def _value(c: _Candidate, post: bool, where: str) -> float:
             raise InputError(f"{where}: a candidate has no prob")
         return min(1.0, c.prob)
     return logprob(c.logprob, where)  # null or the float's lowest -> -inf; above 0 refused
-
-
-def _check_total(values: dict[int, float], post: bool, where: str) -> None:
-    if post:
-        total = math.fsum(values.values())
-        if total > 1.0 + PROB_SUM_TOLERANCE:
-            raise InputError(
-                f"{where}: the listed probabilities add up to {total:.4g}, more than 1 (the "
-                f"tolerance is {PROB_SUM_TOLERANCE})"
-            )
-    else:
-        check_mass(list(values.values()), where)
 
 
 def finished(data: Any) -> str | None:

