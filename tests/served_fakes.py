@@ -407,3 +407,43 @@ def step_client(kind: str, handle=None, vocab: int = 1000, model: str = "m", **k
         client = RemoteClient("http://lab-box:8080", model, **options)
     client.id_limit = vocab
     return client
+
+
+class RawServer:
+    """A server on 127.0.0.1 at a free port that answers every connection with ``reply(conn,
+    stop)`` writing raw bytes (headers trickled, a broken header line): what httpx's mock
+    transport cannot fake. Bounded: each connection's handler must return once ``stop`` is
+    set, and ``close`` sets it and joins the thread within a few seconds."""
+
+    def __init__(self, reply) -> None:
+        import socket
+        import threading
+
+        self.reply, self.stop = reply, threading.Event()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1.0)
+                try:
+                    conn.recv(65536)  # the request (small: one JSON body)
+                    self.reply(conn, self.stop)
+                except OSError:  # the client gave up and closed: fine
+                    pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.sock.close()

@@ -14,6 +14,7 @@ its own schema in ``engine.validate``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -22,6 +23,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from engine.serve.deadline import transport as deadline_transport
+from engine.serve.deadline import within
 from engine.serve.remote_errors import (
     BAD_RESPONSE,
     SERVER_ERROR,
@@ -34,7 +37,16 @@ from engine.serve.remote_errors import (
 )
 from engine.validate import InputError
 from engine.validate import served as check
-from engine.validate.limits import MAX_REPLY_BYTES, MAX_SERVED_TOKEN_ID, REQUEST_DEADLINE_S
+from engine.validate.limits import (
+    MAX_REPLY_BYTES,
+    MAX_SERVED_TOKEN_ID,
+    REPLY_BASE_BYTES,
+    REPLY_BYTES_PER_CANDIDATE,
+    REPLY_BYTES_PER_PROMPT_TOKEN,
+    REQUEST_DEADLINE_S,
+    RETRY_AFTER_MAX_S,
+)
+from engine.validate.served import printable
 from engine.validate.served_step import check_step
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -146,7 +158,8 @@ class HttpClient:
             headers={"Authorization": f"Bearer {key}"} if key else {},
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             verify=verify,
-            transport=transport,
+            # the deadline covers connecting and the headers too (engine.serve.deadline)
+            transport=transport if transport is not None else deadline_transport(verify),
         )
         self.requests = 0  # HTTP requests sent, retries included
 
@@ -180,69 +193,108 @@ class HttpClient:
 
     def _send(
         self, method: str, path: str, body: dict[str, Any] | None = None,
-        deadline: float | None = None,
+        deadline: float | None = None, max_bytes: int = MAX_REPLY_BYTES,
     ) -> httpx.Response:  # fmt: skip
         """One request with retries; a non-2xx answer raises ``RemoteError``. ``deadline``:
-        seconds for the whole request (default: the client's)."""
+        seconds for the whole request, retries and their waits included (default: the
+        client's); ``max_bytes``: the most its answer may hold (``reply_budget``)."""
+        seconds = deadline or self.deadline
+        end = time.monotonic() + seconds
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             self.requests += 1
             response: httpx.Response | None = None
             try:
-                response = self._fetch(method, path, body, deadline or self.deadline)
+                response = self._fetch(method, path, body, seconds, end, max_bytes)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                if last:
-                    raise self._unreachable(exc) from None
+                if last or time.monotonic() >= end:
+                    raise self._unreachable(exc, end=end, seconds=seconds) from None
             except httpx.TransportError as exc:  # read timeout, dropped connection
-                raise self._unreachable(exc) from None
+                raise self._unreachable(exc, end=end, seconds=seconds) from None
             else:
                 if response.status_code not in RETRY_STATUS or last:
                     self._check(response, path)
                     return response
                 response.close()
-            time.sleep(self._delay(attempt, response))
+            time.sleep(min(self._delay(attempt, response), max(0.0, end - time.monotonic())))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _post(self, path: str, body: dict[str, Any], deadline: float | None = None) -> Any:
+    def _post(
+        self, path: str, body: dict[str, Any], deadline: float | None = None,
+        max_bytes: int = MAX_REPLY_BYTES,
+    ) -> Any:  # fmt: skip
         """POST and parse the JSON answer (bounded, checked later by the caller's schema)."""
-        return self._json(self._send("POST", path, body, deadline))
+        return self._json(self._send("POST", path, body, deadline, max_bytes))
 
     def _fetch(
-        self, method: str, path: str, body: dict[str, Any] | None, deadline: float
-    ) -> httpx.Response:
-        """One request, its body read within the deadline and the size bound."""
-        short = deadline < self.deadline  # a tokenizer call: every read within its deadline
-        timeout = httpx.Timeout(deadline) if short else httpx.USE_CLIENT_DEFAULT
+        self, method: str, path: str, body: dict[str, Any] | None, seconds: float, end: float,
+        max_bytes: int = MAX_REPLY_BYTES,
+    ) -> httpx.Response:  # fmt: skip
+        """One request: connected, its headers and its body read by ``end`` (a whole-request
+        deadline, engine.serve.deadline) and inside the size bound."""
+        short = seconds < self.deadline  # a tokenizer call: every read within its deadline
+        timeout = httpx.Timeout(seconds) if short else httpx.USE_CLIENT_DEFAULT
         request = self._http.build_request(method, path, json=body, timeout=timeout)
-        response = self._http.send(request, stream=True)
+        with within(end):
+            response = self._http.send(request, stream=True)
         try:
-            content = b"".join(self._chunks(response, time.monotonic() + deadline, deadline))
+            content = b"".join(self._chunks(response, end, seconds, max_bytes))
         finally:
             response.close()
         return httpx.Response(
             response.status_code, headers=response.headers, content=content, request=request
         )
 
+    def reply_budget(self, prompt: int, positions: int, n_logprobs: int) -> int:
+        """The most bytes an answer of ``positions`` positions with ``n_logprobs`` candidates
+        each, after a prompt of ``prompt`` tokens (which some servers echo), may hold; more is
+        refused as it arrives, never parsed (a 45 MB answer to a one-token request)."""
+        per_position = (max(0, n_logprobs) + 1) * REPLY_BYTES_PER_CANDIDATE
+        budget = REPLY_BASE_BYTES + prompt * REPLY_BYTES_PER_PROMPT_TOKEN + positions * per_position
+        return min(MAX_REPLY_BYTES, budget)
+
+    def _within_asked(self, served: list[ServedToken], asked: int) -> list[ServedToken]:
+        """An answer's positions, refused when there are more than were asked for."""
+        if len(served) > asked:
+            raise RemoteError(
+                BAD_RESPONSE,
+                f"The server at {self.base_url} sent {len(served):,} positions for a request "
+                f"of {asked:,}: more than asked is refused, nothing of it is shown.",
+            )
+        return served
+
     def _chunks(
-        self, response: httpx.Response, deadline: float, seconds: float | None = None
-    ) -> Iterator[bytes]:
-        """The body's bytes, refused past ``MAX_REPLY_BYTES`` or past ``deadline`` (the read
-        timeout alone lets a server that sends a byte every few seconds hold on forever)."""
+        self, response: httpx.Response, end: float, seconds: float | None = None,
+        max_bytes: int = MAX_REPLY_BYTES,
+    ) -> Iterator[bytes]:  # fmt: skip
+        """The body's bytes, refused past ``max_bytes`` or past ``end`` (the read timeout
+        alone lets a server that sends a byte every few seconds hold on forever). Each read
+        keeps the deadline itself (``within``), never across the ``yield``."""
         total = 0
-        for chunk in response.iter_bytes():
+        chunks = response.iter_bytes()
+        while True:
+            with within(end):
+                chunk = next(chunks, None)
+            if chunk is None:
+                return
             total += len(chunk)
-            if total > MAX_REPLY_BYTES:
+            if total > max_bytes:
                 raise RemoteError(
                     BAD_RESPONSE,
-                    f"The server's answer is over the {MAX_REPLY_BYTES >> 20} MB limit.",
+                    f"The server at {self.base_url} sent more than the {_size(max_bytes)} limit "
+                    "of this request (all its positions can need): the rest is not read.",
                 )
-            if time.monotonic() > deadline:
-                raise RemoteError(
-                    UNREACHABLE,
-                    f"The server at {self.base_url} did not finish its answer within the "
-                    f"deadline of {seconds or self.deadline:g} s. The tokens so far are kept.",
-                )
+            if time.monotonic() > end:
+                raise self._past_deadline(seconds)
             yield chunk
+
+    def _past_deadline(self, seconds: float | None) -> RemoteError:
+        return RemoteError(
+            UNREACHABLE,
+            f"The server at {self.base_url} did not finish its answer within the deadline of "
+            f"{seconds or self.deadline:g} s (connecting, headers and body together). The "
+            "tokens so far are kept.",
+        )
 
     def _events(self, path: str, body: dict[str, Any], seconds: float) -> Iterator[Any]:
         """A streamed answer's JSON objects as they arrive: server-sent events (``data: {...}``
@@ -251,13 +303,18 @@ class HttpClient:
         after the objects that arrived; an ``{"error": ...}`` object raises SERVER_ERROR."""
         self.requests += 1
         answering = False
+        end = time.monotonic() + seconds
         try:
-            with self._http.stream("POST", path, json=body) as response:
+            request = self._http.build_request("POST", path, json=body)
+            with within(end):  # connecting and the headers inside the stream's deadline
+                response = self._http.send(request, stream=True)
+            try:
                 answering = True
                 if response.status_code >= 400:
-                    response.read()
+                    with within(end):
+                        response.read()
                     self._check(response, path)
-                for line in _lines(self._chunks(response, time.monotonic() + seconds, seconds)):
+                for line in _lines(self._chunks(response, end, seconds)):
                     if line.startswith("error:"):  # llama-server's spelling of a failed stream
                         raise RemoteError(
                             SERVER_ERROR, f"The server failed: {self._scrub(line[6:500])}"
@@ -272,24 +329,45 @@ class HttpClient:
                         error = self._scrub(str(chunk["error"])[:500])
                         raise RemoteError(SERVER_ERROR, f"The server failed: {error}")
                     yield chunk
+            finally:
+                response.close()
         except httpx.TransportError as exc:
-            raise self._unreachable(exc, mid_answer=answering) from None
+            raise self._unreachable(exc, mid_answer=answering, end=end, seconds=seconds) from None
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        """Seconds before the next try: the server's ``Retry-After`` clamped to
+        [0, RETRY_AFTER_MAX_S] (a negative, NaN or infinite one, or an HTTP date, is not a
+        number of seconds: the backoff instead), else exponential backoff."""
         after = response.headers.get("retry-after") if response is not None else None
         if after is not None:
             try:
-                return min(float(after), 30.0)
+                seconds = float(after)
             except ValueError:
-                pass
-        return self.backoff * (2**attempt)
+                seconds = math.nan
+            if math.isfinite(seconds):
+                return min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
+        return min(self.backoff * (2**attempt), RETRY_AFTER_MAX_S)
 
-    def _unreachable(self, exc: Exception, mid_answer: bool = False) -> RemoteError:
+    def _unreachable(
+        self, exc: Exception, mid_answer: bool = False, end: float | None = None,
+        seconds: float | None = None,
+    ) -> RemoteError:  # fmt: skip
+        if end is not None and time.monotonic() >= end - 0.01:
+            return self._past_deadline(seconds)
         if mid_answer:
             return RemoteError(
                 UNREACHABLE,
                 f"The connection to {self.base_url} broke in the middle of the answer "
                 f"({type(exc).__name__}): the server may have stopped. The tokens so far are kept.",
+            )
+        said = str(exc).lower()
+        hung_up = "disconnected" in said or "peer closed" in said  # died, not garbled
+        if isinstance(exc, httpx.ProtocolError) and not hung_up:  # it answered, not in HTTP
+            return RemoteError(
+                BAD_RESPONSE,
+                f"The server at {self.base_url} answered with a broken HTTP reply "
+                f"({type(exc).__name__}: {printable(str(exc))[:200]}): it is running, but "
+                "is it the server this address should name? The tokens so far are kept.",
             )
         if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
             return RemoteError(
@@ -378,6 +456,25 @@ def with_finish(
         yield pending
 
 
+def at_most(tokens: Iterable[ServedToken], budget: int) -> Iterator[ServedToken]:
+    """A stream's tokens up to the ``budget`` asked for: a server that streams more is cut
+    there (the connection closed, the rest never read), and the last token kept stops on
+    "length" as the budget's own end would."""
+    it = iter(tokens)
+    try:
+        for k in range(1, budget + 1):
+            token = next(it, None)
+            if token is None:
+                return
+            if k == budget and not token.finish_reason:
+                token = replace(token, finish_reason="length")
+            yield token
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
 def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
     """Lines from a byte stream (decoded leniently: a broken byte becomes U+FFFD and the JSON
     check refuses what matters)."""
@@ -389,3 +486,7 @@ def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
             yield line.rstrip(b"\r").decode("utf-8", "replace")
     if buffer:
         yield buffer.decode("utf-8", "replace")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 1024:.0f} KB"

@@ -20,7 +20,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from engine.serve.http import HttpClient, ServedModelInfo, ServedToken, TopToken, with_finish
+from engine.serve.http import (
+    HttpClient,
+    ServedModelInfo,
+    ServedToken,
+    TopToken,
+    at_most,
+    with_finish,
+)
 from engine.serve.remote_errors import BAD_RESPONSE, MODEL_NOT_FOUND, RemoteError
 from engine.validate import InputError
 from engine.validate import served_llama as check
@@ -119,8 +126,8 @@ class LlamaServerClient(HttpClient):
         """The raw top-``n_logprobs`` after ``ids`` (and the server's greedy token)."""
         body = self._body(ids, 1, n_logprobs, **{**NEUTRAL, "temperature": 0.0})
         start = time.perf_counter()
-        data = self._post("/completion", body)
-        served = self._served(data, seconds=time.perf_counter() - start)
+        data = self._post("/completion", body, max_bytes=self.reply_budget(len(ids), 1, n_logprobs))
+        served = self._within_asked(self._served(data, seconds=time.perf_counter() - start), 1)
         if not served:
             raise RemoteError(BAD_RESPONSE, "llama-server's answer has no token probabilities.")
         return served[0]
@@ -132,7 +139,10 @@ class LlamaServerClient(HttpClient):
         ``chain_parameters``): its surviving candidates, best first, as log-probabilities
         (``post_sampling_probs``; fewer than ``n_logprobs`` when its chain cut the rest)."""
         body = self._body(ids, 1, n_logprobs, post_sampling_probs=True, **params)
-        served = self._served(self._post("/completion", body), post=True)
+        budget = self.reply_budget(len(ids), 1, n_logprobs)
+        served = self._within_asked(
+            self._served(self._post("/completion", body, max_bytes=budget), post=True), 1
+        )
         if not served:
             raise RemoteError(BAD_RESPONSE, "llama-server's answer has no token probabilities.")
         return served[0].top
@@ -142,7 +152,9 @@ class LlamaServerClient(HttpClient):
     ) -> list[ServedToken]:
         """One non-streaming completion with the raw top-N of every token."""
         body = self._body(ids, max_tokens, max(1, n_logprobs), **{**NEUTRAL, **sampling})
-        return self._served(self._post("/completion", body))
+        budget = self.reply_budget(len(ids), int(max_tokens), max(1, n_logprobs))
+        served = self._served(self._post("/completion", body, max_bytes=budget))
+        return self._within_asked(served, int(max_tokens))
 
     def stream(
         self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 20, **sampling: Any
@@ -151,9 +163,8 @@ class LlamaServerClient(HttpClient):
         token comes with the raw top-N as it is sent."""
         body = self._body(ids, max_tokens, n_logprobs, stream=True, **{**NEUTRAL, **sampling})
         seconds = self.deadline + STREAM_SECONDS_PER_TOKEN * int(max_tokens)
-        yield from with_finish(
-            self._events("/completion", body, seconds), self._served, self._finished
-        )
+        events = self._events("/completion", body, seconds)
+        yield from at_most(with_finish(events, self._served, self._finished), int(max_tokens))
 
     def _finished(self, event: Any) -> str | None:
         try:

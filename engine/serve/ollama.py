@@ -20,7 +20,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from engine.serve.http import HttpClient, ServedModelInfo, ServedToken, TopToken, with_finish
+from engine.serve.http import (
+    HttpClient,
+    ServedModelInfo,
+    ServedToken,
+    TopToken,
+    at_most,
+    with_finish,
+)
 from engine.serve.remote_errors import BAD_RESPONSE, MODEL_NOT_FOUND, RemoteError
 from engine.validate import InputError
 from engine.validate import served_ollama as check
@@ -141,8 +148,11 @@ class OllamaClient(HttpClient):
         """The raw top-N after the text of ``ids`` (Ollama's greedy token with it)."""
         options = {**NEUTRAL, "num_predict": 1, "temperature": 0.0}
         start = time.perf_counter()
-        data = self._post("/api/generate", self._body(ids, n_logprobs, False, options))
-        served = self._served(data, time.perf_counter() - start)
+        budget = self.reply_budget(len(ids), 1, n_logprobs)
+        data = self._post(
+            "/api/generate", self._body(ids, n_logprobs, False, options), None, budget
+        )
+        served = self._within_asked(self._served(data, time.perf_counter() - start), 1)
         if not served:
             raise RemoteError(BAD_RESPONSE, "Ollama's answer has no token.")
         return served[0]
@@ -151,9 +161,11 @@ class OllamaClient(HttpClient):
         self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 1, **sampling: Any
     ) -> list[ServedToken]:
         options = {**NEUTRAL, **sampling, "num_predict": int(max_tokens)}
-        return self._served(
-            self._post("/api/generate", self._body(ids, n_logprobs, False, options))
+        budget = self.reply_budget(len(ids), int(max_tokens), n_logprobs)
+        data = self._post(
+            "/api/generate", self._body(ids, n_logprobs, False, options), None, budget
         )
+        return self._within_asked(self._served(data), int(max_tokens))
 
     def stream(
         self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 20, **sampling: Any
@@ -162,4 +174,4 @@ class OllamaClient(HttpClient):
         options = {**NEUTRAL, **sampling, "num_predict": int(max_tokens)}
         seconds = self.deadline + STREAM_SECONDS_PER_TOKEN * int(max_tokens)
         lines = self._events("/api/generate", self._body(ids, n_logprobs, True, options), seconds)
-        yield from with_finish(lines, self._served, check.done)
+        yield from at_most(with_finish(lines, self._served, check.done), int(max_tokens))

@@ -28,6 +28,7 @@ from engine.serve.http import (  # noqa: F401 - the records, re-exported
     ServedModelInfo,
     ServedToken,
     TopToken,
+    at_most,
     normalise_url,
 )
 from engine.serve.remote_errors import (  # noqa: F401 - the client's names, re-exported
@@ -104,9 +105,10 @@ class RemoteClient(HttpClient):
             "temperature": 0.0, "logprobs": int(n_logprobs), "return_tokens_as_token_ids": True,
         }  # fmt: skip
         start = time.perf_counter()
-        data = self._json(self._send("POST", "/v1/completions", body))
+        budget = self.reply_budget(len(ids), 1, n_logprobs)
+        data = self._json(self._send("POST", "/v1/completions", body, max_bytes=budget))
         seconds = time.perf_counter() - start
-        served = self._served(data, seconds)
+        served = self._within_asked(self._served(data, seconds), 1)
         if not served:
             raise RemoteError(BAD_RESPONSE, "The server's answer has no token.")
         return served[0]
@@ -119,7 +121,9 @@ class RemoteClient(HttpClient):
             "model": self.model, "prompt": [int(i) for i in ids], "max_tokens": int(max_tokens),
             "logprobs": int(n_logprobs), "return_tokens_as_token_ids": True, **sampling,
         }  # fmt: skip
-        return self._served(self._json(self._send("POST", "/v1/completions", body)))
+        budget = self.reply_budget(len(ids), int(max_tokens), n_logprobs)
+        data = self._json(self._send("POST", "/v1/completions", body, max_bytes=budget))
+        return self._within_asked(self._served(data), int(max_tokens))
 
     def stream(
         self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 20, **sampling: Any
@@ -134,6 +138,9 @@ class RemoteClient(HttpClient):
             **sampling,
         }  # fmt: skip
         seconds = self.deadline + STREAM_SECONDS_PER_TOKEN * int(max_tokens)
+        yield from at_most(self._streamed(body, seconds), int(max_tokens))  # the budget, ours
+
+    def _streamed(self, body: dict[str, Any], seconds: float) -> Iterator[ServedToken]:
         for chunk in self._events("/v1/completions", body, seconds):
             if check.has_tokens(chunk):
                 yield from self._served(chunk)

@@ -29,7 +29,8 @@ def prompt_logprobs(
         "model": client.model, "prompt": [int(i) for i in ids], "max_tokens": 1,
         "temperature": 0.0, "prompt_logprobs": int(n_logprobs),
     }  # fmt: skip
-    data = client._json(client._send("POST", "/v1/completions", body))  # the client's bounds
+    budget = client.reply_budget(len(ids), len(ids) + 1, n_logprobs)  # the client's bounds
+    data = client._json(client._send("POST", "/v1/completions", body, max_bytes=budget))
     limit = min(client.id_limit, client.vocab_size or client.id_limit)
     try:
         return prompt_positions(data, list(ids), limit)

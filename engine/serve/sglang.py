@@ -18,7 +18,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from engine.serve.http import HttpClient, ServedModelInfo, ServedToken, TopToken, with_finish
+from engine.serve.http import (
+    HttpClient,
+    ServedModelInfo,
+    ServedToken,
+    TopToken,
+    at_most,
+    with_finish,
+)
 from engine.serve.remote_errors import BAD_RESPONSE, MODEL_NOT_FOUND, RemoteError
 from engine.validate import InputError
 from engine.validate import served as openai_check
@@ -94,8 +101,9 @@ class SGLangClient(HttpClient):
         """The raw top-N after ``ids`` (temperature 0: SGLang's greedy, raw log-probabilities)."""
         params = {**NEUTRAL, "max_new_tokens": 1, "temperature": 0.0}
         start = time.perf_counter()
-        data = self._post("/generate", self._body(ids, n_logprobs, params))
-        served = self._answer(data, time.perf_counter() - start)
+        budget = self.reply_budget(len(ids), 1, n_logprobs)
+        data = self._post("/generate", self._body(ids, n_logprobs, params), None, budget)
+        served = self._within_asked(self._answer(data, time.perf_counter() - start), 1)
         if not served:
             raise RemoteError(BAD_RESPONSE, "SGLang's answer has no token.")
         return served[0]
@@ -104,7 +112,9 @@ class SGLangClient(HttpClient):
         self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 1, **sampling: Any
     ) -> list[ServedToken]:
         params = {**NEUTRAL, **sampling, "max_new_tokens": int(max_tokens)}
-        return self._answer(self._post("/generate", self._body(ids, n_logprobs, params)))
+        budget = self.reply_budget(len(ids), int(max_tokens), n_logprobs)
+        data = self._post("/generate", self._body(ids, n_logprobs, params), None, budget)
+        return self._within_asked(self._answer(data), int(max_tokens))
 
     def stream(
         self, ids: Sequence[int], max_tokens: int, n_logprobs: int = 20, **sampling: Any
@@ -114,7 +124,8 @@ class SGLangClient(HttpClient):
         body = self._body(ids, n_logprobs, params, stream=True)
         seconds = self.deadline + STREAM_SECONDS_PER_TOKEN * int(max_tokens)
         self._yielded = 0
-        yield from with_finish(self._events("/generate", body, seconds), self._new, self._finish)
+        events = self._events("/generate", body, seconds)
+        yield from at_most(with_finish(events, self._new, self._finish), int(max_tokens))
 
     def _new(self, event: Any) -> list[ServedToken]:
         """The tokens of a stream event not passed on yet (cumulative or incremental lists)."""
@@ -138,7 +149,9 @@ class SGLangClient(HttpClient):
         params = {**NEUTRAL, "max_new_tokens": 1, "temperature": 0.0}
         body = self._body(ids, n_logprobs, params, logprob_start_len=0)
         limit = min(self.id_limit, self.vocab_size or self.id_limit)
+        budget = self.reply_budget(len(ids), len(ids) + 1, n_logprobs)
         try:
-            return check.prompt_positions(self._post("/generate", body), list(ids), limit)
+            data = self._post("/generate", body, None, budget)
+            return check.prompt_positions(data, list(ids), limit)
         except InputError as exc:
             raise self._broken(exc) from None

@@ -32,7 +32,15 @@ from engine.sampling.checks import MIN_TEMPERATURE  # noqa: E402,F401
 # Served replies.
 MAX_REPLY_BYTES = 64 * MIB
 MAX_SERVED_TOKEN_ID = 2**24  # no tokenizer has 16M tokens; a bigger id is a broken server
-REQUEST_DEADLINE_S = 120.0  # one whole request, however slowly the server trickles
+REQUEST_DEADLINE_S = 120.0  # one whole request (connect, headers, body), however slowly sent
+# An answer's budget (issue 56): what its positions can need, never more than MAX_REPLY_BYTES.
+# A candidate is ~60-150 bytes in any server's JSON; 1 KiB each leaves room for long pieces and
+# their byte lists; the base covers the rest (llama-server's settings and timings) and a
+# prompt's echo is counted per token. A one-token request with 20 candidates: ~1.1 MB at most.
+REPLY_BASE_BYTES = 1 * MIB
+REPLY_BYTES_PER_CANDIDATE = 1024
+REPLY_BYTES_PER_PROMPT_TOKEN = 256
+RETRY_AFTER_MAX_S = 30.0  # a server's Retry-After is clamped to [0, this]
 STREAM_SECONDS_PER_TOKEN = 5.0  # a stream's deadline grows with the tokens asked for
 # /tokenize and /detokenize: one call per reply (engine.serve.server_tokenizer), each within
 # this many seconds; a tokenizer that slow is broken, and a run would wait on it every step

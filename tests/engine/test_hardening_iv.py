@@ -143,3 +143,165 @@ def test_the_shared_check_keeps_an_honest_step():
     assert check_step(3, -math.inf, [(8, LN(0.5))], "p", generated=False)
     with pytest.raises(ValueError, match="probability 0"):
         check_step(3, -math.inf, [(8, LN(0.5))], "p")
+
+
+# -- 2. budgets a server could break --------------------------------------------------------
+
+
+def _stream_body(kind: str, n: int) -> str:
+    """``n`` streamed tokens in ``kind``'s stream format, whatever was asked for."""
+    import json
+
+    events = []
+    for k in range(n):
+        data = step_reply(kind, 5 + k, LN(0.5), [(5 + k, LN(0.5)), (1, LN(0.1))])
+        if kind == "llama-server":
+            data["stop"] = False
+        elif kind == "ollama":
+            data["done"] = False
+        elif kind == "sglang":
+            data["meta_info"].pop("finish_reason")
+            data["meta_info"]["completion_tokens"] = k + 1  # incremental lists of one
+        events.append(data)
+    if kind == "ollama":
+        return "".join(json.dumps(e) + "\n" for e in events)
+    return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+
+
+STREAMS = [("vllm", 12, 4), ("sglang", 10, 3), ("llama-server", 9, 2), ("ollama", 9, 5)]
+
+
+@pytest.mark.parametrize("kind,sent,asked", STREAMS)
+def test_a_stream_stops_at_the_token_budget(kind, sent, asked):
+    import httpx
+
+    body = _stream_body(kind, sent)
+    client = step_client(kind, lambda r: httpx.Response(200, text=body))
+    got = list(client.stream([1, 2], asked, 2))
+    assert len(got) == asked and got[-1].finish_reason == "length"
+
+
+def test_a_stream_session_keeps_only_its_max_new_tokens():
+    import httpx
+
+    from engine.records import SERVED_STREAM, Step
+    from engine.sampling.settings import SamplerSettings
+
+    body = _stream_body("vllm", 12)
+    client = step_client("vllm", lambda r: httpx.Response(200, text=body))
+    session = _bundle(client).make_session(
+        [1, 2], _request(SERVED_STREAM, SamplerSettings(max_new_tokens=4))
+    )
+    assert len([s for s in session.stream() if isinstance(s, Step)]) == 4
+
+
+def _request(method, settings):
+    from engine.drivers.workbench import RunRequest
+
+    return RunRequest("x", method=method, settings=settings, top_n=2)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama-server", "ollama", "sglang"])
+def test_a_huge_reply_to_a_one_token_request_is_refused_as_it_arrives(kind):
+    import json
+    import time
+
+    import httpx
+
+    one = step_reply(kind, 5, LN(0.5), [(5, LN(0.5))] + [(k, LN(0.01)) for k in range(6, 20)])
+    # ~100,000 positions (tens of MB) where one was asked for: never parsed whole now
+    blob = json.dumps(one).encode()
+    many = blob * (30_000_000 // len(blob))
+    client = step_client(kind, lambda r: httpx.Response(200, content=many))
+    start = time.monotonic()
+    with pytest.raises(RemoteError, match="limit of this request") as err:
+        client.next_token([1, 2, 3], 20)
+    assert time.monotonic() - start < 5.0 and err.value.kind == BAD_RESPONSE
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama-server", "ollama", "sglang"])
+def test_more_positions_than_asked_are_refused(kind):
+    import httpx
+
+    data = step_reply(kind, 5, LN(0.5), [(5, LN(0.5))])
+    if kind == "vllm":
+        block = data["choices"][0]["logprobs"]
+        for field in ("tokens", "token_logprobs", "top_logprobs"):
+            block[field] = block[field] * 3
+    elif kind == "llama-server":
+        data["completion_probabilities"] *= 3
+    elif kind == "ollama":
+        data["logprobs"] *= 3
+    else:
+        data["meta_info"]["output_token_logprobs"] *= 3
+        data["meta_info"]["output_top_logprobs"] *= 3
+    client = step_client(kind, lambda r: httpx.Response(200, json=data))
+    with pytest.raises(RemoteError, match="3 positions for a request of 1"):
+        client.next_token([1, 2], 1)
+
+
+@pytest.fixture
+def raw_server():
+    from served_fakes import RawServer
+
+    servers = []
+
+    def start(reply):
+        servers.append(RawServer(reply))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_headers_trickled_a_byte_at_a_time_meet_the_whole_request_deadline(raw_server):
+    import time
+
+    from engine.serve.remote import RemoteClient
+
+    def trickle(conn, stop):  # 0.1 s a byte, for 10 s at most: never a whole header
+        for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 200:
+            if stop.wait(0.1):
+                return
+            conn.sendall(bytes([byte]))
+
+    server = raw_server(trickle)
+    client = RemoteClient(server.url, "m", deadline=1.0, retries=0, timeout=5.0)
+    start = time.monotonic()
+    with pytest.raises(RemoteError, match="deadline of 1 s"):
+        client.next_token([1, 2], 1)
+    assert time.monotonic() - start < 3.0  # before: waited on every byte (per-read timeout)
+
+
+def test_a_broken_response_header_is_named_not_called_unreachable(raw_server):
+    from engine.serve.remote import RemoteClient
+
+    def broken(conn, stop):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nthis is not a header\r\n\r\n{}")
+
+    server = raw_server(broken)
+    client = RemoteClient(server.url, "m", retries=0, deadline=5.0)
+    with pytest.raises(RemoteError, match="broken HTTP reply") as err:
+        client.next_token([1, 2], 1)
+    assert "Cannot reach" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "after", ["-1", "nan", "NaN", "inf", "-inf", "1e9", "Wed, 21 Oct 2015 07:28:00 GMT"]
+)
+def test_retry_after_is_clamped_to_a_sane_range(after, monkeypatch):
+    import time as time_module
+
+    import httpx
+
+    from engine.validate.limits import RETRY_AFTER_MAX_S
+
+    slept: list[float] = []
+    monkeypatch.setattr(time_module, "sleep", lambda s: slept.append(s))
+    ok = step_reply("vllm", 5, LN(0.5), [(5, LN(0.5))])
+    busy = httpx.Response(503, headers={"Retry-After": after}, json={"error": "busy"})
+    answers = iter([busy, httpx.Response(200, json=ok)])
+    client = step_client("vllm", lambda r: next(answers), retries=1)
+    assert client.next_token([1, 2], 1).token_id == 5
+    assert len(slept) == 1 and 0.0 <= slept[0] <= RETRY_AFTER_MAX_S
