@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from engine.validate.served import printable
+
 KEY_ENV = "DECODING_LAB_API_KEY"
 KEYRING_SERVICE = "decoding-lab"
 
@@ -32,7 +34,10 @@ class RemoteError(Exception):
     """A served model could not answer; ``kind`` is one of ``ERROR_KINDS``."""
 
     def __init__(self, kind: str, message: str, status: int | None = None) -> None:
-        super().__init__(message)
+        # A message may quote a server (its error text, a model id): its control characters
+        # are escaped here, once for every caller, so a terminal or a dialog shows them and
+        # never obeys them (a title change, a screen clear, a bell).
+        super().__init__(printable(message))
         self.kind = kind
         self.status = status
 

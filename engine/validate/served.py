@@ -224,6 +224,30 @@ CREDENTIALS_REFUSED = (
 )
 
 
+# Characters a terminal acts on rather than shows: C0 and C1 controls and DEL (escape starts a
+# title change or a screen clear, bell rings), and the bidirectional overrides that reorder
+# what follows them.
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with every control character (and bidi override) written as an escape
+    (``\\x1b``, ``\\u202e``) so that it is shown, never obeyed; ``keep``: controls to leave
+    as they are (a token stream keeps its newlines)."""
+    if text.isprintable() and not _BIDI.intersection(text):
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in keep or not (code < 0x20 or 0x7F <= code < 0xA0 or ch in _BIDI):
+            out.append(ch)
+        elif code < 0x100:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out)
+
+
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
     """``text`` with every secret (the API key, a password) replaced by ``[key removed]``."""
     for secret in secrets:
