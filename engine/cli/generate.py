@@ -18,6 +18,7 @@ from engine.cli.common import (
 )
 from engine.records import BEAMS, CONTRASTIVE, GRAMMAR_STOP, INCOMPLETE, SAMPLING, RunSummary
 from engine.validate.limits import MAX_BEAMS, MAX_NEW_TOKENS, MAX_TOP_N
+from engine.validate.served import printable
 
 if TYPE_CHECKING:  # imported when a command runs: torch loads only then
     from engine.models.loading import ModelBundle
@@ -302,8 +303,9 @@ def run_served(args: argparse.Namespace) -> int:
         for step in session.stream():
             if args.show_probs:
                 print(_served_line(step, args.show_probs))
-            else:
-                print(step.text if not step.is_eos else "", end="", flush=True)
+            else:  # a server's text: its control characters shown, never obeyed
+                text = printable(step.text, keep="\n\t") if not step.is_eos else ""
+                print(text, end="", flush=True)
     except (RemoteError, ValueError) as exc:  # ValueError: a stream the server cannot report
         print(f"\nerror: {exc}", file=sys.stderr)
         return 1

@@ -49,6 +49,7 @@ from engine.serve.remote_errors import KeySource
 from engine.serve.remote_stream import RemoteStreamSession
 from engine.serve.server_tokenizer import ServerTokenizer, prefetch_step
 from engine.serve.topn import LN2, TopNMath, served_start, top_n_math
+from engine.validate.served import printable
 
 __all__ = ["RemoteBundle", "RemoteSession", "RemoteStreamSession", "TopNMath", "open_served",
            "top_n_math"]  # fmt: skip
@@ -261,7 +262,8 @@ class RemoteBundle(ModelBundle):
             if self.client.model.endswith(".gguf")
             else (self.client.model)
         )  # llama-server names its model by the file's path: the file is enough
-        return f"{name} · {title} at {self.client.host} · top-{self.n_logprobs}"
+        # the model id is the server's text: shown with its control characters escaped
+        return printable(f"{name} · {title} at {self.client.host} · top-{self.n_logprobs}")
 
     def capability(self) -> str:
         """The one line that says what this server's bars are (the window and the CLI)."""
@@ -336,7 +338,8 @@ def open_served(
     source_key = served_source(client.base_url, client.model, key_kind, client.kind)
     return RemoteBundle(
         model=None, tokenizer=tok, kind=DECODER_ONLY, device=torch.device("cpu"),  # type: ignore[arg-type]
-        dtype=torch.float32, name=f"{client.model} @ {client.host}", source=client.base_url,
+        dtype=torch.float32, name=printable(f"{client.model} @ {client.host}"),
+        source=client.base_url,
         context_length=context, eos_token_ids=eos, extra={"served": True},
         source_key=source_key, client=client, n_logprobs=n_logprobs, key_source=key_source,
         server_kind=client.kind, server_sampler=server_sampler, raw_flag=raw_logprobs,

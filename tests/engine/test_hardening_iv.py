@@ -305,3 +305,62 @@ def test_retry_after_is_clamped_to_a_sane_range(after, monkeypatch):
     client = step_client("vllm", lambda r: next(answers), retries=1)
     assert client.next_token([1, 2], 1).token_id == 5
     assert len(slept) == 1 and 0.0 <= slept[0] <= RETRY_AFTER_MAX_S
+
+
+# -- 3. terminal escapes ----------------------------------------------------------------------
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b\u202e"
+
+
+def test_a_servers_error_text_reaches_no_terminal_raw():
+    import httpx
+
+    def handle(request):
+        return httpx.Response(400, json={"error": {"message": f"bad{ESCAPES}request"}})
+
+    client = step_client("vllm", handle)
+    with pytest.raises(RemoteError) as err:
+        client.next_token([1, 2], 1)
+    text = str(err.value)
+    assert "bad" in text and not any(c in text for c in "\x1b\x07\x9b\u202e")
+    assert "\\x1b" in text  # shown, escaped, not hidden
+
+
+class _EscapingTokenizer:
+    """A tokenizer whose every token is text with terminal escapes (a server's /detokenize
+    could send it)."""
+
+    eos_token_id = None
+    chat_template = None
+
+    def __len__(self) -> int:
+        return 1000
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join(f"t{i}{ESCAPES}" for i in ids)
+
+    def convert_ids_to_tokens(self, i: int) -> str:
+        return self.decode([i])
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict:
+        return {"input_ids": [1, 2]}
+
+
+def test_a_model_id_and_streamed_text_reach_the_terminal_escaped(capsys, monkeypatch):
+    import httpx
+
+    import engine.cli.generate as generate
+    from engine.cli import run
+
+    reply = step_reply("vllm", 5, LN(0.9), [(5, LN(0.9)), (6, LN(0.05))])
+    client = step_client("vllm", lambda r: httpx.Response(200, json=reply))
+    client.model = f"evil{ESCAPES}model"
+    bundle = _bundle(client)
+    bundle.tokenizer = _EscapingTokenizer()
+    monkeypatch.setattr(generate, "open_served", lambda args, model=None: bundle)
+    code = run(["generate", "--server", client.base_url, "--model", "m", "--prompt", "x",
+                "--max-new-tokens", "2", "--temperature", "0"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0 and "t5" in out.out and "evil" in out.err
+    for stream in (out.out, out.err):
+        assert not any(c in stream for c in "\x1b\x07\x9b\u202e"), stream
