@@ -76,9 +76,30 @@ def output_file(value: str) -> str:
         raise argparse.ArgumentTypeError(f"the folder {str(folder)!r} does not exist")
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise argparse.ArgumentTypeError(f"{value!r} cannot be written (permissions)")
+    try:  # the permission bits do not say all (root, a read-only or special file system)
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(prefix=f".{path.name}.", dir=folder):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise argparse.ArgumentTypeError(f"{value!r} cannot be written there ({why})") from None
     return value
 
 
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16", "int8", "int4")  # engine.models.loading
+
+
+def dtype(value: str) -> str:
+    """A number format a model can be loaded in, checked before any model loads (a second
+    model's ``--dtype-b int3`` is refused before the first is loaded)."""
+    if value not in DTYPE_NAMES:
+        names = ", ".join(DTYPE_NAMES)
+        raise argparse.ArgumentTypeError(f"{value!r} is not a dtype: choose {names}")
+    return value
+
+
+dtype.__name__ = "dtype"
 probability.__name__ = "probability"
 output_file.__name__ = "file name"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.cli.args import DTYPE_HELP, bounded_int, device, text
+from engine.cli.args import DTYPE_HELP, bounded_int, device, dtype, text
 from engine.cli.common import add_server_options, open_served
 from engine.validate.limits import MAX_BEAMS, MAX_GAMMA, MAX_NEW_TOKENS
 
@@ -17,7 +17,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     cmp.add_argument("--no-chat-template", action="store_true")
     cmp.add_argument("--draft-model", default=None, help="a smaller model with the same tokenizer")
     cmp.add_argument(
-        "--draft-dtype", default=None, help="the draft's dtype (default: as --dtype), e.g. int4"
+        "--draft-dtype",
+        type=dtype,
+        default=None,
+        help="the draft's dtype (default: as --dtype), e.g. int4",
     )
     cmp.add_argument(
         "--methods", default=None, help="comma-separated subset, e.g. 'plain, KV cache,beam search'"
@@ -36,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "(same prompt and seed; distinct-1/2 and rep-4 next to the speed)",
     )  # fmt: skip
     cmp.add_argument("--device", type=device, default="auto")
-    cmp.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    cmp.add_argument("--dtype", type=dtype, default="auto", help=DTYPE_HELP)
     add_server_options(cmp)
     cmp.add_argument(
         "--local-model", default=None,

@@ -11,7 +11,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from engine.cli.args import DTYPE_HELP, bounded_int, device, text
+from engine.cli.args import DTYPE_HELP, bounded_int, device, dtype, text
 from engine.cli.common import add_sampler_options, add_server_options, settings_from
 from engine.experiments.records import MAX_RUNS, MAX_SAMPLES
 from engine.records import GRAMMAR_STOP
@@ -35,7 +35,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=bounded_int(1, MAX_NEW_TOKENS), default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda, mps")
-    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--dtype", type=dtype, default="auto", help=DTYPE_HELP)
     add_sampler_options(p)
 
 
@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="model B (default: the same as A); with --server, its served name",
     )  # fmt: skip
     lock.add_argument(
-        "--dtype-b", default=None,
+        "--dtype-b", type=dtype, default=None,
         help="B's dtype (default: as --dtype); --dtype float32 --dtype-b int4: what 4 bits change",
     )  # fmt: skip
     lock.add_argument(
@@ -101,8 +101,13 @@ def _session(args: argparse.Namespace, bundle: Any, settings: Any) -> Any:
 
 
 def _emit(data: Any) -> int:
-    json.dump(data, sys.stdout, indent=1, ensure_ascii=False, allow_nan=False, default=str)
-    print()
+    """The result as JSON on stdout, whole or not at all: made in full before a byte is
+    written, non-finite figures as null (as ``score`` writes them: a KL bound of infinity
+    beside a zero probability is no JSON number)."""
+    from engine.cli.tree import plain
+
+    text = json.dumps(plain(data), indent=1, ensure_ascii=False, allow_nan=False, default=str)
+    print(text)
     return 0
 
 

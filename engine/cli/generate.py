@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from engine.cli.args import DTYPE_HELP, bounded_int, device, text
+from engine.cli.args import DTYPE_HELP, bounded_int, device, dtype, text
 from engine.cli.common import (
     add_sampler_options,
     add_server_options,
@@ -116,7 +116,7 @@ def _add_output_options(gen: argparse.ArgumentParser) -> None:
         help="fast: the lean Llama-family decode path where supported; transformers: model.forward",
     )  # fmt: skip
     gen.add_argument("--device", type=device, default="auto", help="auto, cpu, cuda, mps")
-    gen.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    gen.add_argument("--dtype", type=dtype, default="auto", help=DTYPE_HELP)
     gen.add_argument(
         "--html", metavar="FILE", default=None,
         help="also write the run as one self-contained web page to share",

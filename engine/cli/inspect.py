@@ -39,16 +39,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_inspect)
 
 
-def _target(path: str | None) -> Path | None:
-    """The JSON's path, checked before any work is done."""
+def _target(path: str | None, option: str = "--json") -> Path | None:
+    """An output's path, checked before any work is done: a file name (not a folder) in a
+    folder that exists and may be written, and, if it exists, writable itself."""
     if path is None:
         return None
-    out = Path(path)
-    if out.is_dir():
-        raise ValueError(f"--json {path} is a folder: give a file name")
-    if not out.parent.is_dir():
-        raise ValueError(f"--json {path}: the folder {out.parent} does not exist")
-    return out
+    from engine.cli.args import output_file
+
+    try:
+        return Path(output_file(path))
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"{option} {path}: {exc}") from None
 
 
 def _tokens(args: argparse.Namespace, bundle: Any) -> tuple[list[int], list[Any], str]:
@@ -88,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
     from engine.internals.inspect import decision_strip, inspect_step, path_for
     from engine.models.catalog import open_model
 
-    out, page = _target(args.json), _target(args.html)
+    out, page = _target(args.json), _target(args.html, "--html")
     if args.attribution and not args.step:
         raise ValueError("--attribution needs --step K (each attribution takes seconds)")
     if args.step and len(args.step) > MAX_LISTED_STEPS:
@@ -122,8 +123,11 @@ def _run(args: argparse.Namespace) -> int:
             row["attribution"] = _attribution(args, bundle, path, k)
         data["steps"].append(row)
         _print(inside)
-    if out is not None:
-        out.write_text(json.dumps(data, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    if out is not None:  # whole or not at all; a non-finite figure as null
+        from engine.classroom.export import write_atomic
+        from engine.cli.tree import plain
+
+        write_atomic(out, json.dumps(plain(data), ensure_ascii=False, allow_nan=False))
     if page is not None:
         _page(page, bundle, context, records, strip)
     return 0

@@ -14,7 +14,7 @@ import math
 import sys
 from typing import Any
 
-from engine.cli.args import DTYPE_HELP, bounded_int, device, output_file, probability, text
+from engine.cli.args import DTYPE_HELP, bounded_int, device, dtype, output_file, probability, text
 from engine.cli.common import add_server_options
 from engine.tree.options import DEFAULT_MAX_NODES, MAX_CHILDREN, MAX_DEPTH, MAX_EXPAND_NODES
 from engine.validate.limits import MAX_TOP_N
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="as for generate (default: smollm2-135m)")
     p.add_argument("--device", type=device, default="auto")
-    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--dtype", type=dtype, default="auto", help=DTYPE_HELP)
     p.add_argument("--json", type=output_file, default=None, help="write the result here")
 
 

@@ -239,12 +239,31 @@ def load_model(
         from engine.quant import native
 
         native.prepare(say)
+    check_vocabulary(model, tokenizer, source)
     bundle = make_bundle(model, tokenizer, source=source, name=name, device=dev, dtype=torch_dtype)
     if path.is_file():
         bundle.extra["gguf"] = str(path)  # the benchmark runs llama.cpp on the same file
     if dtype in QUANT_KINDS:
         quantise_bundle(bundle, str(dtype), say)
     return bundle
+
+
+def check_vocabulary(model: Any, tokenizer: Any, source: str) -> None:
+    """The tokenizer's ids must all have a row in the model's embedding (more rows than ids
+    is common: padding); fewer is a file that does not belong with its tokenizer (a GGUF
+    whose embedding has 1,000 rows under a 49,152-token tokenizer), refused at load rather
+    than failing later with "index out of range"."""
+    try:
+        rows = model.get_input_embeddings().weight.shape[0]
+        ids = len(tokenizer)
+    except (AttributeError, TypeError, NotImplementedError):
+        return  # a model or tokenizer that does not say: nothing to compare
+    if ids > rows:
+        raise ModelLoadError(
+            f"{source} does not fit its tokenizer: the tokenizer has {ids:,} tokens but the "
+            f"model's embedding has only {rows:,} rows, so any token past {rows - 1:,} would "
+            "fail. The weights or the tokenizer are not the model's own."
+        )
 
 
 def quantise_bundle(bundle: ModelBundle, kind: str, say: Callable[[str], None]) -> None:
@@ -264,7 +283,8 @@ def quantise_bundle(bundle: ModelBundle, kind: str, say: Callable[[str], None]) 
         raise ModelLoadError(f"Could not quantise {bundle.name} to {kind}: {exc}") from exc
     bundle.dtype = next(bundle.model.parameters()).dtype
     bundle.extra["quant"] = kind
-    bundle.extra["quant_summary"] = summary.describe()
+    bundle.extra["quant_summary"] = summary.describe()  # the CLI's load line, the status bar
+    say(f"Quantised: {bundle.extra['quant_summary']}")
 
 
 def make_bundle(

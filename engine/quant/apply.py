@@ -56,10 +56,13 @@ class Prequantised:
 @dataclass
 class Forced:
     """One matrix to be rounded here in format ``fmt`` (int8 or int4) whatever the plan would
-    choose, with ``origin`` recorded (a GGUF type with no kernel here, say)."""
+    choose, with ``origin`` recorded (a GGUF type with no kernel here, say); ``source``: where
+    its values came from ("GGUF Q4_0"), kept in the origin when its shape makes it fall back
+    to another format."""
 
     fmt: str
     origin: str
+    source: str = ""
 
 
 @dataclass
@@ -70,12 +73,23 @@ class QuantSummary:
     kind: str
     origins: Counter[str] = field(default_factory=Counter)
     kept: list[str] = field(default_factory=list)
+    fell_back: list[str] = field(default_factory=list)  # "name: why" of each other format
     head_on_onednn: bool = False
     head_float: str = ""  # the kernel that gives the head's float32 logits, if any
     kernels: str = ""  # whose kernels run the products, and why where not ours
 
+    def count(self, fmt: str) -> int:
+        """Matrices in format ``fmt`` (int8 or int4), whatever their origin."""
+        return sum(n for origin, n in self.origins.items() if origin.startswith(fmt))
+
     def describe(self) -> str:
-        parts = [f"{n} × {origin}" for origin, n in self.origins.most_common()]
+        """One line: how many matrices of each format from where, and what fell back or was
+        kept in bfloat16 and why (the CLI's load line, the window's status)."""
+        total = sum(self.origins.values()) + len(self.kept)
+        parts = [f"{self.count(self.kind)} of {total} matrices {self.kind}"]
+        parts += [f"{n} × {origin}" for origin, n in self.origins.most_common()]
+        if self.fell_back:
+            parts.append(f"{len(self.fell_back)} fell back from {self.kind} ({self.fell_back[0]})")
         if self.kept:
             parts.append(f"{len(self.kept)} kept in bfloat16 ({self.kept[0]})")
         if self.kernels:
@@ -136,23 +150,31 @@ def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
 
 
 def _made(
-    kind: str, name: str, head: str | None, w: Tensor, given: Prequantised | Forced | None
-) -> tuple[Tensor, Tensor, str] | str:
-    """One matrix's (integers in the kernel's layout, scales, origin), or why it stays."""
+    kind: str, name: str, head: str | None, w: Tensor, given: Prequantised | Forced | None,
+    summary: QuantSummary | None = None,
+) -> tuple[Tensor, Tensor, str] | str:  # fmt: skip
+    """One matrix's (integers in the kernel's layout, scales, origin), or why it stays; a
+    matrix that falls back from the format asked for is noted in ``summary.fell_back``."""
     n, k = w.shape
     if isinstance(given, Prequantised):
         if given.q.dtype == torch.int8:
             return given.q, given.scales, given.origin
         return *int4_layout(given.q, given.scales), given.origin
     fmt, why = _plan(kind, name == head, n, k)
+    source = ""
     if isinstance(given, Forced):
         refused = int4_refusal(n, k) if given.fmt == INT4 else int8_refusal(n, k)
         if refused is None:
             q, s, _ = _made_here(given.fmt, w)
             return q, s, given.origin
+        why = f"{given.fmt}: {refused}"
+        source = f" from {given.source}" if given.source else ""
     if fmt is None:
-        return f"{name}: {why}"
-    return _made_here(fmt, w)
+        return f"{name}{source}: {why}"
+    q, s, origin = _made_here(fmt, w)
+    if why and summary is not None and fmt != kind:
+        summary.fell_back.append(f"{name}: {why}")
+    return q, s, origin + source
 
 
 def install(
@@ -213,9 +235,24 @@ def quantize_model(
         for i, (name, _module, w, _bias) in enumerate(layers):
             if say is not None and i % 16 == 0:
                 say(f"Quantising the weights to {kind}: {i} of {len(layers)} matrices")
-            made = _made(kind, name, head, w, given.get(name))
+            made = _made(kind, name, head, w, given.get(name), summary)
             if isinstance(made, str):
                 summary.kept.append(made)
                 continue
             install(model, name, *made, summary)
+    if not summary.count(kind):
+        raise ValueError(_nothing_in(kind, summary, len(layers)))
     return finish(model, summary)
+
+
+def _nothing_in(kind: str, summary: QuantSummary, matrices: int) -> str:
+    """Why a load that asked for ``kind`` is refused: none of its matrices could take it (it
+    would run another format, or bfloat16, under the label)."""
+    reasons = summary.fell_back or summary.kept
+    why = f" (first: {reasons[0]})" if reasons else ""
+    other = "; int8 may fit" if kind == INT4 and summary.count(INT8) else ""
+    return (
+        f"none of its {matrices} matrices can be {kind}{why}: it would run "
+        f"{'bfloat16' if not summary.origins else 'another format'} under the {kind} label"
+        f"{other}"
+    )

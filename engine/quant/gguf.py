@@ -133,9 +133,13 @@ def gguf_plan(path: Path, model: nn.Module, kind: str) -> dict[str, Prequantised
             if isinstance(got, Prequantised):
                 plan[layer] = got
                 continue
-            plan[layer] = Forced(INT4, f"int4, rounded here from GGUF {kind_of} ({got})")
+            plan[layer] = Forced(
+                INT4, f"int4, rounded here from GGUF {kind_of} ({got})", f"GGUF {kind_of}"
+            )
         else:
-            plan[layer] = Forced(INT8, f"int8 per row, rounded here from GGUF {kind_of}")
+            plan[layer] = Forced(
+                INT8, f"int8 per row, rounded here from GGUF {kind_of}", f"GGUF {kind_of}"
+            )
     return plan
 
 
@@ -156,6 +160,7 @@ def _save(model: nn.Module, summary: QuantSummary, folder: Path) -> None:
             origins[name] = m.origin
     save_file(tensors, str(tmp / TENSORS))
     manifest = {"kind": summary.kind, "origins": origins, "kept": summary.kept,
+                "fell_back": summary.fell_back,
                 "bytes": (tmp / TENSORS).stat().st_size}  # fmt: skip
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     shutil.rmtree(folder, ignore_errors=True)
@@ -179,7 +184,9 @@ def _load(model: nn.Module, folder: Path, kind: str) -> QuantSummary | None:
                     for name, origin in manifest["origins"].items()}  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError, RuntimeError):
         return None
-    summary = QuantSummary(kind, kept=list(manifest["kept"]))
+    summary = QuantSummary(
+        kind, kept=list(manifest["kept"]), fell_back=list(manifest.get("fell_back", []))
+    )
     for name, (q, s, origin) in read.items():
         install(model, name, q, s, origin, summary)
     return finish(model, summary)

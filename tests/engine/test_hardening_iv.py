@@ -364,3 +364,171 @@ def test_a_model_id_and_streamed_text_reach_the_terminal_escaped(capsys, monkeyp
     assert code == 0 and "t5" in out.out and "evil" in out.err
     for stream in (out.out, out.err):
         assert not any(c in stream for c in "\x1b\x07\x9b\u202e"), stream
+
+
+# -- 4. int8 / int4 that is not what it says, and the vocabulary at load --------------------
+
+
+@pytest.fixture
+def no_native(monkeypatch):
+    """PyTorch's int8 / int4 kernels (no build of the lab's during these tests)."""
+    from engine.quant import native
+
+    monkeypatch.setenv(native.SWITCH, "0")
+
+
+def _llama(hidden: int, inter: int, vocab: int = 64, heads: int = 2):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                      num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=heads,
+                      max_position_embeddings=64, tie_word_embeddings=False)  # fmt: skip
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize(
+    "hidden,inter,says",
+    [
+        (40, 72, "run bfloat16 under the int4 label"),  # 40 columns: neither int4 nor int8
+        (48, 80, "int8 may fit"),  # 48 columns: int8 only (int4's groups are 32)
+    ],
+)
+def test_int4_that_nothing_can_take_is_refused_with_the_reason(no_native, hidden, inter, says):
+    from engine.quant.apply import quantize_model
+
+    with pytest.raises(ValueError, match="none of its .* matrices can be int4") as err:
+        quantize_model(_llama(hidden, inter), "int4")
+    assert says in str(err.value) and "columns" in str(err.value)
+
+
+def test_the_load_says_what_it_got_and_refuses_a_label_it_cannot_keep(no_native):
+    from word_models import word_tokenizer
+
+    from engine.errors import ModelLoadError
+    from engine.models.loading import make_bundle, quantise_bundle
+
+    said: list[str] = []
+    bundle = make_bundle(_llama(64, 128, vocab=32), word_tokenizer())
+    quantise_bundle(bundle, "int4", said.append)
+    line = bundle.extra["quant_summary"]
+    assert said[-1] == f"Quantised: {line}"
+    assert line.startswith("int4: 7 of 8 matrices int4") and "1 × int8 per row" in line
+    with pytest.raises(ModelLoadError, match="none of its"):
+        quantise_bundle(
+            make_bundle(_llama(40, 72, vocab=32), word_tokenizer()), "int4", said.append
+        )
+
+
+def test_a_gguf_4_bit_matrix_that_falls_back_keeps_its_origin(no_native):
+    import torch
+
+    from engine.quant.apply import Forced, quantize_model
+
+    model = _llama(64, 104)  # the MLP's gate and up: 104 rows, not int4's multiple of 16
+    given = {
+        name: Forced("int4", f"int4, rounded here from GGUF Q4_0 ({name})", "GGUF Q4_0")
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name != "lm_head"
+    }
+    summary = quantize_model(model, "int4", given)
+    fell = [o for o in summary.origins if o.startswith("int8") and "GGUF Q4_0" in o]
+    assert fell and summary.count("int4") == 4  # q, k, v, o; gate and up fell back
+    assert "fell back from int4" in summary.describe() and "104 rows" in summary.describe()
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_refused_at_load(tmp_path, monkeypatch):
+    from word_models import WORDS, word_tokenizer
+
+    from engine.errors import ModelLoadError
+    from engine.models.loading import load_model
+    from engine.quant import native
+    from tiny_models import tiny_llama
+
+    monkeypatch.setattr(native, "prepare", lambda say: False)
+    tiny_llama(3, vocab=len(WORDS) - 8).save_pretrained(tmp_path)  # 10 rows, 18 tokens
+    word_tokenizer().save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="18 tokens but the model's embedding has only 10"):
+        load_model(tmp_path, device="cpu", dtype="float32")
+
+
+# -- 5. the command line's edge -----------------------------------------------------------
+
+
+def _word_bundle(monkeypatch, poison: bool = False):
+    import torch
+    from word_models import WORDS, word_tokenizer
+
+    import engine.cli.generate as generate
+    from engine.models.loading import make_bundle
+    from tiny_models import tiny_llama
+
+    model = tiny_llama(3, vocab=len(WORDS))
+    if poison:
+        with torch.no_grad():
+            model.lm_head.weight[3, 0] = math.inf  # one +inf weight: NaN / inf logits
+    bundle = make_bundle(model, word_tokenizer(None), source="words")
+    monkeypatch.setattr(generate, "_load_model", lambda args: bundle)
+    return bundle
+
+
+def test_non_finite_logits_end_generate_in_one_line_not_a_traceback(capsys, monkeypatch):
+    from engine.cli import run
+
+    _word_bundle(monkeypatch, poison=True)
+    code = run(["generate", "--prompt", "the cat", "--max-new-tokens", "3", "--engine",
+                "transformers", "--device", "cpu"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and "NaN or infinite" in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_an_unexpected_error_is_one_line_with_its_type(capsys, monkeypatch):
+    import engine.cli.generate as generate
+    from engine.cli import run
+
+    def boom(args):
+        raise IndexError("index out of range in self")
+
+    monkeypatch.setattr(generate, "_load_model", boom)
+    code = run(["generate", "--prompt", "x"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith("error: IndexError: index out of range in self")
+
+
+@pytest.mark.parametrize("option", ["--json", "--html"])
+@pytest.mark.parametrize("where", ["/proc/decoding-lab-56.json", "missing-folder/out.json"])
+def test_inspect_checks_its_outputs_before_any_work(capsys, monkeypatch, option, where, tmp_path):
+    import engine.models.catalog as catalog
+    from engine.cli import run
+
+    def never(*a, **k):
+        raise AssertionError("the model was loaded before the output was checked")
+
+    monkeypatch.setattr(catalog, "open_model", never)
+    path = where if where.startswith("/") else str(tmp_path / where)
+    code = run(["inspect", "--model", "tiny", option, path])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_experiments_emit_whole_json_with_non_finite_as_null(capsys):
+    import json
+
+    from engine.cli.experiments import _emit
+
+    assert _emit({"kl_bound": math.inf, "steps": [{"p": 0.0, "kl": math.nan}]}) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out) == {"kl_bound": None, "steps": [{"p": 0.0, "kl": None}]}
+
+
+def test_lockstep_refuses_a_bad_dtype_b_before_any_model_loads(capsys, monkeypatch):
+    import engine.models.catalog as catalog
+    from engine.cli import run
+
+    monkeypatch.setattr(catalog, "open_model", lambda *a, **k: pytest.fail("loaded model A"))
+    with pytest.raises(SystemExit) as exit_:
+        run(["lockstep", "--model", "tiny", "--dtype-b", "int3"])
+    assert exit_.value.code == 2 and "'int3' is not a dtype" in capsys.readouterr().err
