@@ -18,7 +18,7 @@ from engine.cli.common import (
 )
 from engine.records import BEAMS, CONTRASTIVE, GRAMMAR_STOP, INCOMPLETE, SAMPLING, RunSummary
 from engine.validate.limits import MAX_BEAMS, MAX_NEW_TOKENS, MAX_TOP_N
-from engine.validate.served import printable
+from engine.validate.served import printable, unknown_ids_notice
 
 if TYPE_CHECKING:  # imported when a command runs: torch loads only then
     from engine.models.loading import ModelBundle
@@ -317,4 +317,7 @@ def run_served(args: argparse.Namespace) -> int:
             f"{'; ' + INCOMPLETE if s.incomplete else ''}]",
             file=sys.stderr,
         )
+        unknown = unknown_ids_notice(bundle).strip()  # the window's warning, said here too
+        if unknown:
+            print(unknown.replace("Warning:", "warning:", 1), file=sys.stderr)
     return grammar_exit(s)

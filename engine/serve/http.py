@@ -439,19 +439,27 @@ def with_finish(
     own, often without a token) says why, and the last token carries that reason, as in a
     non-streamed answer (the sessions learn EOS ids from a "stop")."""
     pending: ServedToken | None = None
-    for event in events:
-        now = time.perf_counter()  # a held token's time is its event's, not its yield's
-        got = [replace(t, arrived=now) for t in served(event)]
-        if got:
-            if pending is not None:
-                yield pending
-            yield from got[:-1]
-            pending = got[-1]
-        reason = finish(event)
-        if reason is not None:
-            if pending is not None and pending.finish_reason is None:
-                pending = replace(pending, finish_reason=reason)
-            break
+    try:
+        for event in events:
+            now = time.perf_counter()  # a held token's time is its event's, not its yield's
+            got = [replace(t, arrived=now) for t in served(event)]
+            if got:
+                if pending is not None:
+                    yield pending
+                yield from got[:-1]
+                pending = got[-1]
+            reason = finish(event)
+            if reason is not None:
+                if pending is not None and pending.finish_reason is None:
+                    pending = replace(pending, finish_reason=reason)
+                break
+    except RemoteError:
+        # the stream failed after a token arrived: that token is kept too, as the message
+        # says, and then the failure is raised
+        if pending is not None:
+            held, pending = pending, None
+            yield held
+        raise
     if pending is not None:
         yield pending
 

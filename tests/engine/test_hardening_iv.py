@@ -532,3 +532,36 @@ def test_lockstep_refuses_a_bad_dtype_b_before_any_model_loads(capsys, monkeypat
     with pytest.raises(SystemExit) as exit_:
         run(["lockstep", "--model", "tiny", "--dtype-b", "int3"])
     assert exit_.value.code == 2 and "'int3' is not a dtype" in capsys.readouterr().err
+
+
+# -- 6. smaller ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["llama-server", "ollama", "sglang"])
+def test_a_stream_that_ends_in_an_error_keeps_the_last_token_that_arrived(kind):
+    import httpx
+
+    good = _stream_body(kind, 3).replace("data: [DONE]\n\n", "")
+    tail = '{"error": "the slot crashed"}\n' if kind == "ollama" else "error: the slot crashed\n\n"
+    client = step_client(kind, lambda r: httpx.Response(200, text=good + tail))
+    got = []
+    with pytest.raises(RemoteError, match="slot crashed"):
+        for token in client.stream([1, 2], 8, 2):
+            got.append(token.token_id)
+    assert got == [5, 6, 7]  # before: the held last token (7) was dropped
+
+
+def test_the_cli_warns_of_served_ids_its_tokenizer_lacks(capsys, monkeypatch):
+    import httpx
+
+    import engine.cli.generate as generate
+    from engine.cli import run
+
+    reply = step_reply("sglang", 500, LN(0.9), [(500, LN(0.9)), (6, LN(0.05))])
+    client = step_client("sglang", lambda r: httpx.Response(200, json=reply))
+    client.vocab_size = 100  # the local tokenizer's: id 500 has no text here
+    monkeypatch.setattr(generate, "open_served", lambda args, model=None: _bundle(client))
+    code = run(["generate", "--server", client.base_url, "--model", "m", "--prompt", "[1]",
+                "--max-new-tokens", "1", "--temperature", "0"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0 and "warning: the server sent 1 token id(s)" in err and "500" in err
