@@ -82,19 +82,30 @@ def _lens_view(logp: Tensor, token: int, top_n: int, table: TokenTable) -> LensV
     top = torch.topk(logp[-1], min(top_n, logp.shape[1])).indices.tolist()
     if token not in top:
         top.append(token)
-    vals, idx = torch.topk(logp, min(LAYER_TOP, logp.shape[1]), dim=-1)
+    first = logp.argmax(-1)  # [L + 1]: the top-1 the decision layer and the strip use
     layer_top = tuple(
-        tuple((int(j), table(int(j)), float(np.exp(v))) for v, j in zip(vr.tolist(), ir.tolist(),
-                                                                       strict=True))
-        for vr, ir in zip(vals, idx, strict=True)
+        tuple((j, table(j), float(np.exp(v))) for v, j in _ranked(row, int(a)))
+        for row, a in zip(logp, first.tolist(), strict=True)
     )  # fmt: skip
-    top1 = logp.argmax(-1) == token
+    top1 = first == token
     return LensView(
         layers=n_layers, candidates=_texts(table, top), chosen=top.index(token),
         logprobs=logp[:, top].cpu().numpy(),
         layer_top=layer_top, kl_bits=kl_bits(logp).cpu().numpy(),
         decision_layer=decision_layer(top1),
     )  # fmt: skip
+
+
+def _ranked(row: Tensor, first: int) -> list[tuple[float, int]]:
+    """A layer's top ``LAYER_TOP`` (log-probability, id), best first, exact ties broken as
+    argmax breaks them (the lower id first): the grid's top-1 is then the token the decision
+    layer counts (topk alone may order a tie either way, so in bfloat16 the two disagreed)."""
+    k = min(LAYER_TOP, row.shape[0])
+    vals, idx = torch.topk(row, k)
+    pairs = sorted(zip(vals.tolist(), idx.tolist(), strict=True), key=lambda t: (-t[0], t[1]))
+    if pairs[0][1] != first:  # more ties than listed: argmax's own comes first
+        pairs = [(float(row[first]), first)] + [p for p in pairs if p[1] != first][: k - 1]
+    return pairs
 
 
 def _attribution(

@@ -565,3 +565,18 @@ def test_the_cli_warns_of_served_ids_its_tokenizer_lacks(capsys, monkeypatch):
                 "--max-new-tokens", "1", "--temperature", "0"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 0 and "warning: the server sent 1 token id(s)" in err and "500" in err
+
+
+def test_inspect_breaks_a_tie_the_same_way_for_the_decision_layer_and_the_grid():
+    import torch
+
+    from engine.internals.inspect import _lens_view
+
+    # three layers over 8 tokens; at layer 1 tokens 0 and 7 tie exactly (as bfloat16 rounds
+    # two close logits to one value); torch.topk lists 7 first there, argmax says 0
+    logp = torch.full((3, 8), -9.0)
+    logp[0, 3] = logp[1, 0] = logp[1, 7] = logp[2, 0] = -0.1
+    view = _lens_view(logp.log_softmax(-1), 0, 3, lambda i: f"t{i}")
+    grid_top1 = [layer[0][0] for layer in view.layer_top]
+    assert grid_top1 == [3, 0, 0]
+    assert view.decision_layer == 1  # the grid's top-1 from layer 1 on: the same token
