@@ -580,3 +580,25 @@ def test_inspect_breaks_a_tie_the_same_way_for_the_decision_layer_and_the_grid()
     grid_top1 = [layer[0][0] for layer in view.layer_top]
     assert grid_top1 == [3, 0, 0]
     assert view.decision_layer == 1  # the grid's top-1 from layer 1 on: the same token
+
+
+@pytest.mark.parametrize("dtype,says", [("bfloat16", True), ("float32", False)])
+def test_score_says_why_a_reduced_precision_differs_from_the_run(capsys, monkeypatch, dtype, says):
+    import torch
+    from word_models import WORDS, word_tokenizer
+
+    import engine.cli.tree as tree
+    from engine.cli import run
+    from engine.models.loading import make_bundle
+    from tiny_models import tiny_llama
+
+    model = tiny_llama(3, vocab=len(WORDS)).to(getattr(torch, dtype))
+    bundle = make_bundle(model, word_tokenizer(None), source="words")
+    monkeypatch.setattr(tree, "_open", lambda args: bundle)
+    code = run(["score", "--text", "the cat sat on the mat", "--prompt", "once upon a time"])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert ("score reads the whole text in one pass" in captured.err) is says
+    assert ("In bfloat16" in captured.err) is says
+    if says:
+        assert "float32 they agree" in tree.score_precision_note(bundle)
