@@ -20,7 +20,6 @@ TABLE_MODULES: dict[str, str] = {}
 
 # UI building: widget construction laid out in the order it appears on screen.
 UI_BUILDING = {
-    "gui/shell/menus.py:build_actions": "every action of the menus and tool bar, one entry each",
     "gui/classroom/lesson_panel.py:LessonPanel.__init__": "the lesson panel's widgets",
     "gui/controls/method_panel.py:MethodPanel.__init__": "the method panel's widgets",
 }
@@ -57,12 +56,15 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports(path: Path, names: set[str]) -> set[str]:
+def imports(path: Path, names: set[str], type_hints: bool = False) -> set[str]:
     """The project modules ``path`` imports, anywhere in the file except under
-    ``if TYPE_CHECKING:``."""
+    ``if TYPE_CHECKING:`` (those too with ``type_hints``: a circle through a type hint is
+    still a circle to a reader)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skip: set[int] = set()
     for node in ast.walk(tree):
+        if type_hints:
+            break
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skip.update(id(n) for child in node.body for n in ast.walk(child))
     found: set[str] = set()
@@ -196,3 +198,78 @@ def test_the_engine_never_imports_qt_or_the_window() -> None:
                 if n.split(".")[0] in {"PySide6", "pyqtgraph", "gui", "shiboken6"}:
                     bad.setdefault(rel(f), []).append(n)
     assert not bad, f"engine modules importing Qt or the window: {bad}"
+
+
+# -- the window as a house of parts (gui/README.md) ---------------------------------------------
+
+GUI_MAX_MODULE = 400
+# Each gui folder and the folders it may import from (besides itself). A feature reaches
+# another feature only through that feature's ``api`` module; nothing imports the shell but
+# the developer tools, which sit on top.
+FEATURES = ("models", "run", "tree", "score", "inside", "experiments", "classroom")
+BELOW = {
+    "common": set(),
+    "core": {"common"},
+    "controls": {"common", "core"},
+    **{f: {"common", "core", "controls"} for f in FEATURES},
+    "shell": {"common", "core", "controls", *FEATURES},
+    "devtools": {"common", "core", "controls", *FEATURES, "shell"},
+}
+
+
+def gui_graph(type_hints: bool) -> dict[str, set[str]]:
+    files = {module_name(f): f for f in sources() if rel(f).startswith("gui/")}
+    names = set(files)
+    return {name: imports(path, names, type_hints) - {name} for name, path in files.items()}
+
+
+def test_gui_has_no_import_circle_counting_type_hints() -> None:
+    assert cycles(gui_graph(type_hints=True)) == []
+
+
+def test_gui_parts_import_only_what_lies_below_them() -> None:
+    bad = []
+    for name, targets in gui_graph(type_hints=True).items():
+        parts = name.split(".")
+        if len(parts) < 3:  # gui/__init__.py
+            continue
+        home = parts[1]
+        assert home in BELOW, f"{name}: a gui folder the house rules do not know: {home}"
+        for target in targets:
+            there = target.split(".")
+            if len(there) < 3 or there[1] == home:
+                continue
+            through_api = there[1] in FEATURES and there[2] == "api" and home in FEATURES
+            if there[1] not in BELOW[home] and not through_api:
+                bad.append(f"{name} -> {target}")
+    assert not bad, f"imports against the gui's layers: {bad}"
+
+
+def test_no_gui_module_is_over_400_lines() -> None:
+    over = {
+        rel(f): n
+        for f in sources()
+        if rel(f).startswith("gui/") and (n := f.read_text(encoding="utf-8").count("\n")) > 400
+    }
+    assert not over, f"gui modules over {GUI_MAX_MODULE} lines: {over}"
+
+
+def test_no_part_is_given_the_window() -> None:
+    """A part's constructor takes what it uses (gui.core.session), never the main window: no
+    parameter annotated as the window or left untyped as ``Any`` named like it."""
+    bad = []
+    for f in sources():
+        if not rel(f).startswith("gui/") or rel(f).startswith(
+            ("gui/shell/window.py", "gui/devtools")
+        ):
+            continue
+        for name, node in functions(ast.parse(f.read_text(encoding="utf-8"))):
+            if not name.endswith("__init__"):
+                continue
+            for arg in node.args.args[1:]:  # type: ignore[attr-defined]
+                hint = ast.unparse(arg.annotation) if arg.annotation else ""
+                if "MainWindow" in hint or "QMainWindow" in hint or hint.endswith("Host"):
+                    bad.append(f"{rel(f)}:{name}({arg.arg}: {hint})")
+                elif arg.arg in ("w", "window", "host") and hint in ("", "Any"):
+                    bad.append(f"{rel(f)}:{name}({arg.arg}: {hint or 'untyped'})")
+    assert not bad, f"parts given the window: {bad}"

@@ -1,24 +1,21 @@
 """Lessons in the window: the Lessons menu and File > Open lesson…, the lesson panel (a dock
 that walks through the stages and sets the window up for each), the guess round (the class
 guesses the next token; Reveal makes the step and shows its distribution with the guesses
-marked), and File > Export run as web page. ``Classroom`` never imports the window:
-``LessonHost`` below is what a lesson stage sets up and calls there."""
+marked), and File > Export run as web page. ``Classroom`` is given
+``ClassroomNeeds`` below, never the window."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QFont
+from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
-    QLabel,
-    QMenu,
-    QMenuBar,
-    QPlainTextEdit,
     QWidget,
 )
 
@@ -42,61 +39,47 @@ from engine.records import SPEC_DRAFT
 from engine.sampling.settings import SamplerSettings
 from gui.classroom.guess_panel import GuessPanel
 from gui.classroom.lesson_panel import LessonPanel, apply_to_panels
-from gui.shell.presentation import PRESENT_TOP_N
+from gui.common.actions import ActionSpec, Place
+from gui.common.theme import PRESENT_TOP_N
+from gui.core.session import Session
 
 if TYPE_CHECKING:
     from engine.classroom.guess import GuessRound
-    from engine.models.loading import ModelBundle
     from engine.tree.model import RunTree
     from gui.controls.method_panel import MethodPanel
     from gui.controls.sampler_panel import SamplerPanel
-    from gui.core.store import RunStore
-    from gui.core.worker import EngineRunner
-    from gui.experiments.actions import ExperimentActions
-    from gui.inside.actions import InsideActions
-    from gui.run.view import RunView
-    from gui.shell.areas import OutputBox, PlotArea, PromptBox
+    from gui.run.api import RunView
 
 
-class LessonHost(Protocol):
-    """The window as a lesson sees it: the panels a stage sets, the runs it starts."""
+@dataclass
+class ClassroomNeeds(Session):
+    """What a lesson is given: the panels a stage sets, the docks' place in the window, and
+    the calls a stage makes (load a model, make a step, score a text, open a tree, prepare an
+    experiment or the Inside tab)."""
 
-    runner: EngineRunner
-    bundle: ModelBundle | None
-    store: RunStore
     views: RunView
-    prompt: QPlainTextEdit
-    prompt_box: PromptBox
+    prompt_box: Any  # gui.shell.areas.PromptBox
     sampler: SamplerPanel
     method: MethodPanel
-    plots: PlotArea
-    status_text: QLabel
-    lab: ExperimentActions  # an experiment stage's N or values
-    inside: InsideActions  # an Inside stage's page, view and token
-    output: OutputBox
-
-    @property
-    def presenting(self) -> bool: ...
-    def window(self) -> QWidget: ...  # the docks' and actions' parent
-    def menuBar(self) -> QMenuBar: ...  # noqa: N802 - Qt's names
-    def addAction(self, action: QAction) -> None: ...  # noqa: N802
-    def addDockWidget(self, area: Qt.DockWidgetArea, dock: QDockWidget) -> None: ...  # noqa: N802
-    def tabifyDockWidget(self, first: QDockWidget, second: QDockWidget) -> None: ...  # noqa: N802
-    def text_points(self) -> int: ...
-    def after_idle(self, fn: Callable[[], None]) -> None: ...
-    def load_model(self, source: str) -> None: ...
-    def load_draft(self, source: str) -> None: ...
-    def step_once(self) -> None: ...
-    def export(self, kind: str, path: str | None = None) -> bool: ...
-    def show_error(self, message: str) -> None: ...
-    def show_score(self, text: str, prompt: str = "") -> None: ...
-    def open_tree(self, tree: RunTree) -> None: ...
+    plots: Any  # gui.shell.areas.PlotArea
+    output: Any  # gui.shell.areas.OutputBox
+    add_dock: Callable[[QDockWidget], None]  # on the window's left side
+    tabify: Callable[[QDockWidget, QDockWidget], None]
+    load_model: Callable[[str], None]
+    load_draft: Callable[[str], None]
+    step_once: Callable[[], None]
+    export: Callable[[str], object]
+    show_score: Callable[[str, str], None]
+    open_tree: Callable[[RunTree], None]
+    prepare_experiment: Callable[[LessonStage], None]  # an experiment stage's N or values
+    prepare_inside: Callable[[dict], None]  # an Inside stage's page, view and token
+    inside_tab: QWidget  # the tab an Inside stage shows
 
 
 class Classroom:
     """The window's lesson and guess-round state (the window owns one)."""
 
-    def __init__(self, w: LessonHost) -> None:
+    def __init__(self, w: ClassroomNeeds) -> None:
         self.w = w
         self.stage: LessonStage | None = None
         self.lost: list[str] = []  # stage settings the sampler panel has no control for
@@ -104,7 +87,7 @@ class Classroom:
         self.guess = GuessPanel()
         self.lesson_dock = self._dock("Lesson", "lesson_dock", self.panel)
         self.guess_dock = self._dock("Guess the next token", "guess_dock", self.guess)
-        w.tabifyDockWidget(self.lesson_dock, self.guess_dock)
+        w.tabify(self.lesson_dock, self.guess_dock)
         self.lesson_dock.raise_()
         self.panel.stage_selected.connect(self.apply_stage)
         self.panel.closed.connect(self.close_lesson)
@@ -113,60 +96,50 @@ class Classroom:
         self._revealing = False
 
     def _dock(self, title: str, name: str, widget: object) -> QDockWidget:
-        dock = QDockWidget(title, self.w.window())
+        dock = QDockWidget(title, self.w.parent)
         dock.setObjectName(name)
         dock.setWidget(widget)  # type: ignore[arg-type]
         dock.setAllowedAreas(Qt.DockWidgetArea.LeftDockWidgetArea
                              | Qt.DockWidgetArea.RightDockWidgetArea)  # fmt: skip
-        self.w.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
+        self.w.add_dock(dock)
         dock.hide()
         return dock
 
     # -- menus --------------------------------------------------------------------------------
 
-    def build_menus(self) -> None:
-        w, top = self.w, self.w.window()
-        help_menu = w.menuBar().actions()[-1]
-        menu = QMenu("&Lessons", top)
-        menu.setObjectName("lessons_menu")
-        w.menuBar().insertMenu(help_menu, menu)
+    def action_specs(self) -> list[ActionSpec]:
+        """The Lessons menu (every bundled lesson, then the guess round), File > Open lesson…
+        and File > Export run as web page…"""
         try:
             lessons = bundled_lessons()
         except LessonError as exc:  # a broken bundled file: say so, keep the others usable
             lessons = []
-            w.status_text.setText(str(exc))
-        for lesson in lessons:
-            action = QAction(lesson.title, top)
-            action.triggered.connect(lambda _=False, les=lesson: self.open_lesson(les))
-            menu.addAction(action)
-        menu.addSeparator()
-        self.guess_action = QAction("Guess round", top)
-        self.guess_action.setShortcut("Ctrl+G")
-        self.guess_action.setToolTip("The class guesses the next token; Reveal makes the step")
-        self.guess_action.triggered.connect(self.show_guess_round)
-        w.addAction(self.guess_action)
-        menu.addAction(self.guess_action)
-        self.open_action = QAction("Open lesson…", top)
-        self.open_action.setToolTip("A lesson file of your own (YAML; see the README)")
-        self.open_action.triggered.connect(lambda: self.open_file(None))
-        self.share_action = QAction("Export run as web page…", top)
-        self.share_action.setToolTip(
-            "One HTML file students can open in any browser: the text coloured by probability, "
-            "the top tokens of every step"
-        )
-        self.share_action.triggered.connect(lambda: w.export("html"))
-        file_menu = w.menuBar().actions()[0].menu()
-        first = file_menu.actions()[0]
-        file_menu.insertAction(first, self.open_action)
-        file_menu.insertSeparator(first)
-        file_menu.insertAction(file_menu.actions()[-2], self.share_action)
+            self.w.say(str(exc))
+        specs = [
+            ActionSpec(f"lesson_{i}", lesson.title, lambda les=lesson: self.open_lesson(les),
+                       (Place("lessons", "lessons", i),))
+            for i, lesson in enumerate(lessons)
+        ]  # fmt: skip
+        return [
+            *specs,
+            ActionSpec("guess_round", "Guess round", self.show_guess_round,
+                       (Place("lessons", "guess", 0),), "Ctrl+G",
+                       "The class guesses the next token; Reveal makes the step"),
+            ActionSpec("open_lesson", "Open lesson…", lambda: self.open_file(None),
+                       (Place("file", "lesson", 0),),
+                       tip="A lesson file of your own (YAML; see the README)"),
+            ActionSpec("share", "Export run as web page…", lambda: self.w.export("html"),
+                       (Place("file", "export", 4),),
+                       tip="One HTML file students can open in any browser: the text coloured "
+                       "by probability, the top tokens of every step"),
+        ]  # fmt: skip
 
     # -- lessons ------------------------------------------------------------------------------
 
     def open_file(self, path: str | None) -> bool:
         if path is None:
             path, _ = QFileDialog.getOpenFileName(
-                self.w.window(), "Open lesson", str(Path.home()), "Lessons (*.yaml *.yml)"
+                self.w.parent, "Open lesson", str(Path.home()), "Lessons (*.yaml *.yml)"
             )
             if not path:
                 return False
@@ -181,7 +154,7 @@ class Classroom:
     def open_lesson(self, lesson: Lesson) -> None:
         self.lesson_dock.show()
         self.lesson_dock.raise_()
-        self.panel.set_font_size(self.w.text_points())
+        self.panel.set_font_size(self.w.looks.text_points())
         self.panel.set_lesson(lesson)  # emits stage_selected for the first stage
 
     def close_lesson(self) -> None:
@@ -198,34 +171,34 @@ class Classroom:
         self.stage = stage
         if stage.model and (w.bundle is None or w.bundle.source_key != stage.model):
             w.load_model(stage.model)
-        w.prompt.setPlainText(stage.prompt)
+        w.prompt_box.editor.setPlainText(stage.prompt)
         if stage.use_chat_template is not None and w.prompt_box.chat_template.isEnabled():
             w.prompt_box.chat_template.setChecked(stage.use_chat_template)
         w.sampler.random_seed.setChecked(False)  # the lesson's seed, so the class sees it
         self.lost = apply_to_panels(stage, w.sampler, w.method)
         if stage.top_n:  # in the presentation view no more bars than 20 pt labels allow
-            cap = PRESENT_TOP_N if w.presenting else stage.top_n
+            cap = PRESENT_TOP_N if w.looks.presenting else stage.top_n
             w.plots.dist_box.top_n.setValue(min(stage.top_n, cap))
         if stage.method == SPEC_DRAFT and stage.draft_model:
             w.after_idle(lambda: w.load_draft(stage.draft_model))
         tabs = {FOCUS_BEAM_TREE: w.plots.beam_panel, FOCUS_COMPARE: w.plots.compare_view,
-                FOCUS_INSIDE: w.inside.view}  # fmt: skip
+                FOCUS_INSIDE: w.inside_tab}  # fmt: skip
         colour = stage.options.get("colour")
         if colour is not None:
             combo = w.output.color_mode
             combo.setCurrentIndex(max(0, combo.findData(colour)))
-        w.inside.prepare_stage(stage.options)
+        w.prepare_inside(stage.options)
         w.plots.tabs.setCurrentWidget(tabs.get(stage.focus, w.plots.dist_box))
-        if stage.focus in (FOCUS_SPEED, FOCUS_ENTROPY) and not w.presenting:
+        if stage.focus in (FOCUS_SPEED, FOCUS_ENTROPY) and not w.looks.presenting:
             w.plots.curves.show()
         if stage.guess:
             self.show_guess_round()
         if stage.action in (ACTION_TREE, ACTION_SCORE):
-            w.status_text.setText(f"Lesson: {stage.title}. {self.show_multiverse(stage)}")
+            w.say(f"Lesson: {stage.title}. {self.show_multiverse(stage)}")
             return
         press = "Generate" if stage.action == ACTION_GENERATE else stage.action.capitalize()
-        w.status_text.setText(f"Lesson: {stage.title}. Press {press} when ready.")
-        w.experiments.prepare_stage(stage)  # an experiment stage: its N or values, page, words
+        w.say(f"Lesson: {stage.title}. Press {press} when ready.")
+        w.prepare_experiment(stage)  # an experiment stage: its N or values, page, words
 
     def show_multiverse(self, stage: LessonStage) -> str:
         """Open a tree stage's prepared tree or score a score stage's text; what to tell the
@@ -249,13 +222,12 @@ class Classroom:
             return panel
         return panel.with_(**{name: getattr(self.stage.settings, name) for name in self.lost})
 
-    def set_text_size(self, font: QFont, presenting: bool) -> None:
-        """The window's zoom (``font`` at its size): the lesson text, the guess round's score."""
-        pt = font.pointSize()
-        self.panel.set_font_size(max(pt + 3, 27) if presenting else pt + 3)
-        score = QFont(font)
+    def set_text_size(self, points: int, presenting: bool) -> None:  # the display clock
+        """The window's text size: the lesson text, the guess round's score."""
+        self.panel.set_font_size(max(points + 3, 27) if presenting else points + 3)
+        score = QFont()
         score.setBold(True)
-        score.setPointSizeF(pt * 1.3)
+        score.setPointSizeF(points * 1.3)
         self.guess.score.setFont(score)
         self.guess.score.setWordWrap(True)
 

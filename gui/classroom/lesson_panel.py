@@ -28,7 +28,7 @@ from engine.classroom.lessons import (
     LessonStage,
 )
 from engine.records import RUN_METHODS
-from gui.experiments.words import EXPERIMENT_PRESS
+from gui.experiments.api import EXPERIMENT_PRESS
 
 BASE_TEXT_PT = 15  # the stage's text: readable from the back of a classroom
 

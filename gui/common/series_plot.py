@@ -81,6 +81,9 @@ class SeriesPlot(pg.PlotWidget):
         self.marker.setPen(pg.mkPen(theme.chosen, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
         self._show_title()
 
+    def set_text_size(self, points: int, presenting: bool) -> None:  # the display clock
+        self.set_font_size(points if presenting else points - 1)
+
     def set_font_size(self, points: int) -> None:
         font = tick_font(self, points)
         plot = self.getPlotItem()

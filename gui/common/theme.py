@@ -32,6 +32,9 @@ class Theme:
     target: str = "#ffd8b5"  # speculative: tokens the target model chose
 
 
+SERVER_BAR = "#009e73"  # a served model's own sampler (llama-server), beside ours
+PRESENT_TOP_N = 8  # bars shown as the presentation view opens (more 20 pt labels miss 720 px)
+
 # Okabe-Ito hues (Okabe & Ito 2008, "Color Universal Design"): told apart with every common
 # colour-vision deficiency; no red-versus-green pair carries meaning anywhere in the window.
 # Rank buckets run blue -> yellow -> orange -> purple; probability runs orange (low) -> blue.

@@ -29,43 +29,12 @@ import shiboken6
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.drivers.workbench import STOP, RunRequest, Workbench
-from engine.errors import (
-    DrafterMismatchError,
-    EmptyPromptError,
-    ModelLoadError,
-    NonFiniteLogitsError,
-)
 from engine.models.loading import ModelBundle
 from engine.records import Progress, RunStarted, Step
 from engine.sampling.settings import SamplerSettings
+from gui.core.messages import friendly_error
 from gui.core.runtime import import_engine
 from gui.core.store import RunStore
-
-
-def friendly_error(exc: BaseException) -> str:
-    """One message a user can act on."""
-    import torch
-
-    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-        return (
-            "The device ran out of memory. Try fewer new tokens, a smaller model, or the CPU. "
-            f"({exc.__class__.__name__})"
-        )
-    from engine.serve.remote import RemoteError
-
-    if isinstance(
-        exc,
-        (
-            RemoteError,
-            ModelLoadError,
-            EmptyPromptError,
-            DrafterMismatchError,
-            NonFiniteLogitsError,
-            ValueError,
-        ),  # fmt: skip
-    ):
-        return str(exc)
-    return f"{exc.__class__.__name__}: {exc}"
 
 
 class Controls:

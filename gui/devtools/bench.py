@@ -29,13 +29,14 @@ def run_gui_bench(
     bundle: ModelBundle, say: Callable[[str], None], new_tokens: int = 128
 ) -> dict[str, Any]:
     from gui.core.runtime import import_engine
-    from gui.shell.app import isolated_window, make_app
+    from gui.devtools.harness import isolated_window
+    from gui.shell.app import make_app
 
     make_app()
     import_engine()  # as the app's load job does
     window = isolated_window(Path(tempfile.mkdtemp()))
     window.runner.workbench.adopt(bundle)
-    window._on_model_loaded(bundle)
+    window.models.adopt(bundle)
     prompt = "Write a short poem about the sea."
     window.prompt.setPlainText(prompt)
     window.sampler.set_settings(
@@ -114,7 +115,7 @@ def alternate_runs(
     """A warm-up run, then the window and the headless engine alternately, twice each (the
     machine's drift between runs is as large as the difference being measured). Returns the
     window's rates, the engine's, and the event loop's gaps during the window's runs."""
-    from gui.shell.app import Heartbeat, wait_for_run
+    from gui.devtools.harness import Heartbeat, wait_for_run
 
     gui_rates: list[float] = []
     headless_rates: list[float] = []
@@ -138,7 +139,8 @@ STARTUP_CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {root!r})
 from PySide6.QtCore import QEventLoop, QTimer
-from gui.shell.app import isolated_window, make_app
+from gui.devtools.harness import isolated_window
+from gui.shell.app import make_app
 app = make_app()
 w = isolated_window({folder!r})
 app.processEvents()

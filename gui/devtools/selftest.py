@@ -36,7 +36,8 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
 
     try:
         from engine.models.catalog import BUNDLED
-        from gui.shell.app import isolated_window, make_app
+        from gui.devtools.harness import isolated_window
+        from gui.shell.app import make_app
 
         make_app()
         window = isolated_window(out)
@@ -46,6 +47,7 @@ def run_self_test(out_dir: Path | None = None, timeout: float = 600.0) -> int:
         shot = out / "self-test.png"
         save(window, shot)
         views = classroom_views(window, out, timeout, log)
+        views += teacher_first_steps(window, out, timeout, log)
         window.close()
         total = time.perf_counter() - started
         names = ", ".join(str(p) for p in (shot, *views))
@@ -76,7 +78,7 @@ def classroom_views(
     """The two views a teacher projects, at 1280x720: the normal view, and the presentation
     view after a sampled run on the default model."""
     from engine.models.catalog import BUNDLED, DEFAULT_MODEL
-    from gui.shell.app import pump_until, wait_for_run
+    from gui.devtools.harness import pump_until, wait_for_run
 
     window.resize(1280, 720)
     normal = out / "normal-1280.png"
@@ -103,11 +105,55 @@ def classroom_views(
     return [normal, present]
 
 
+def teacher_first_steps(
+    window: MainWindow, out: Path, timeout: float, log: Callable[[str], None]
+) -> list[Path]:
+    """What a teacher does first after a run: the Inside tab reads a token of it, the run is
+    exported as a web page, and a lesson opens (its first stage set up in the window)."""
+    from engine.classroom.lessons import bundled_lessons
+    from gui.devtools.harness import pump_until
+
+    inside = window.inside
+    window.select_step(min(3, len(window.steps) - 1))
+    window.tabs.setCurrentWidget(inside.view)
+    inside.sync()
+    pump_until(lambda: (inside.shown is not None and inside.shown in inside.results
+                        and not window.runner.busy)
+               or bool(inside.failed) or window.last_error is not None,
+               timeout, "the Inside tab to read a token")  # fmt: skip
+    if inside.failed or window.last_error:
+        raise RuntimeError(f"the Inside tab failed: {inside.failed or window.last_error}")
+    shot = out / "inside.png"
+    save(window, shot)
+    log(f"Inside tab: read token {inside.current.step + 1 if inside.current else '?'}")
+    page = out / "run.html"
+    if not window.export("html", str(page)) or not page.is_file():
+        raise RuntimeError(f"the run could not be exported as a web page: {window.last_error}")
+    html = page.read_text(encoding="utf-8")
+    missing = [s.token_str for s in window.steps if s.token_str.strip() and s.token_str not in html]
+    if len(html) < 1000 or len(missing) == len(window.steps):
+        raise RuntimeError(f"the web page {page} does not show the run")
+    log(f"web page: {page.name}, {len(html):,} characters, {len(window.steps)} tokens")
+    lesson = bundled_lessons()[0]
+    window.classroom.open_lesson(lesson)
+    pump_until(lambda: not window.runner.busy or window.last_error is not None, timeout,
+               "the lesson's first stage")  # fmt: skip
+    stage = window.classroom.stage
+    if stage is None or not window.classroom.lesson_dock.isVisible() or window.last_error:
+        raise RuntimeError(f"the lesson {lesson.title!r} did not open: {window.last_error}")
+    if window.prompt.toPlainText() != stage.prompt:
+        raise RuntimeError(f"the lesson's first stage did not set the prompt ({stage.title!r})")
+    lesson_shot = out / "lesson.png"
+    save(window, lesson_shot)
+    log(f"lesson: {lesson.title!r}, stage {stage.title!r}")
+    return [shot, lesson_shot]
+
+
 def try_model(
     window: MainWindow, name: str, prompt: str, timeout: float, log: Callable[[str], None]
 ) -> str:
     """Load a bundled model in the window and generate exactly TOKENS tokens greedily."""
-    from gui.shell.app import pump_until, wait_for_run
+    from gui.devtools.harness import pump_until, wait_for_run
 
     window.last_error = None
     t0 = time.perf_counter()

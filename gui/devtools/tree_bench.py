@@ -48,15 +48,16 @@ def run_tree_bench(
 ) -> dict[str, Any]:
     from PySide6.QtWidgets import QApplication
 
+    from gui.devtools.harness import Heartbeat, isolated_window
     from gui.devtools.open_bench import time_open
-    from gui.shell.app import Heartbeat, isolated_window, make_app
+    from gui.shell.app import make_app
 
     app = make_app()
     folder = Path(tempfile.mkdtemp())
     w = isolated_window(folder, (1280, 720))
     tree = synthetic_tree(nodes)
     start = time.perf_counter()
-    w.open_tree(tree)  # the path in the pane and plots, the Tree tab drawn
+    w.tree.open_tree(tree)  # the path in the pane and plots, the Tree tab drawn
     QApplication.processEvents()
     first_draw = time.perf_counter() - start
     beat = Heartbeat()

@@ -7,12 +7,11 @@ current run is never touched: an experiment builds its own sessions on the job's
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Slot
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication, QLabel, QMainWindow
+from PySide6.QtCore import QObject, Slot
 
 from engine.classroom.lessons import (
     ACTION_LOCKSTEP,
@@ -22,25 +21,32 @@ from engine.classroom.lessons import (
 )
 from engine.drivers.workbench import RunRequest
 from engine.models.catalog import DECODER_ONLY, list_bundled
-from gui.common.theme import LIGHT
-from gui.core.worker import EngineRunner
+from gui.common.actions import ActionSpec, Place
+from gui.common.theme import Theme
+from gui.core.session import Session
 from gui.experiments import jobs
 from gui.experiments.dialogs import LockstepDialog, RunsDialog, SweepDialog, parse_values
 from gui.experiments.words import EXPERIMENT_PRESS, only_setting
-from gui.models.served_dialog import parse_served, served_title
-from gui.run.view import RunView
+from gui.models.api import parse_served, served_title
+from gui.run.api import RunView
 
-REDRAW_MS = 33
+
+@dataclass
+class ExperimentNeeds(Session):
+    """What the experiments are given: the run's view (the step in view), the panels'
+    request, and the recent models (lockstep's choice of model B)."""
+
+    views: RunView
+    request: Callable[[bool], RunRequest]
+    recents: Callable[[], list[str]]
 
 
 class ExperimentActions(QObject):
-    def __init__(
-        self, window: QMainWindow, runner: EngineRunner, views: RunView,
-        request: Callable[[bool], RunRequest], status: QLabel,
-    ) -> None:  # fmt: skip
-        super().__init__(window)
-        self.window, self.runner, self.views, self.request = window, runner, views, request
-        self.say = status.setText  # the status bar's message
+    def __init__(self, needs: ExperimentNeeds) -> None:
+        super().__init__(needs.parent)
+        self.dialog_parent, self.runner, self.views = needs.parent, needs.runner, needs.views
+        self.request, self.say, self.recents = needs.request, needs.say, needs.recents
+        views = needs.views
         self.plots = views.plots
         self.tabs = views.plots.experiments
         self.latest: dict[str, Any] = {}  # what finished jobs returned, drawn on the next tick
@@ -48,8 +54,6 @@ class ExperimentActions(QObject):
         self._sample_key: tuple[Any, ...] = ()  # what it sampled: the step, settings, model
         self.lesson_model_b: str | None = None  # a lesson's lockstep stage: its model B
         self.lesson_sweep: tuple[str, tuple[float, ...]] | None = None  # a lesson stage's
-        self._looks: tuple[int, bool, str] | None = None
-        self._build_menu()
         t = self.tabs
         t.histogram.draw_requested.connect(self.sample)
         t.histogram.more_requested.connect(self.draw_more)
@@ -57,39 +61,25 @@ class ExperimentActions(QObject):
         t.variation.variation_requested.connect(self.ask_variation)
         t.lockstep.lockstep_requested.connect(self.ask_lockstep)
         self.plots.dist_box.sample_button.clicked.connect(lambda: self.sample(t.histogram.n()))
-        self.timer = QTimer(self, interval=REDRAW_MS, timeout=self.tick)
-        self.timer.start()
 
-    def _build_menu(self) -> None:
-        bar = self.window.menuBar()
-        help_menu = bar.actions()[-1]
-        menu = bar.addMenu("E&xperiments")
-        bar.insertMenu(help_menu, menu)
-
-        def add(text: str, tip: str, slot: Callable[[], object], keys: str = "") -> QAction:
-            action = QAction(text, self.window)
-            action.setToolTip(tip)
-            if keys:
-                action.setShortcut(keys)
-                self.window.addAction(action)
-            action.triggered.connect(slot)
-            menu.addAction(action)
-            return action
-
+    def action_specs(self) -> list[ActionSpec]:
+        """The Experiments menu."""
         h = self.tabs.histogram
-        self.sample_action = add(
-            "Sample this step N times", "The next-token bars against N real draws",
-            lambda: self.sample(h.n()), "Ctrl+H",
-        )  # fmt: skip
-        self.more_action = add("Draw more", "N more draws into the same histogram",
-                               lambda: self.draw_more(h.n()), "Ctrl+Shift+H")  # fmt: skip
-        menu.addSeparator()
-        self.sweep_action = add("Sweep a setting…", "One run per value, same prompt and seed",
-                                self.ask_sweep)  # fmt: skip
-        self.variation_action = add("Stochastic variation…", "N seeded runs grouped by output",
-                                    self.ask_variation)  # fmt: skip
-        self.lockstep_action = add("Two models in lockstep…", "Model B scores model A's text",
-                                   self.ask_lockstep)  # fmt: skip
+        return [
+            ActionSpec("sample", "Sample this step N times", lambda: self.sample(h.n()),
+                       (Place("experiments", "step", 0),), "Ctrl+H",
+                       "The next-token bars against N real draws"),
+            ActionSpec("draw_more", "Draw more", lambda: self.draw_more(h.n()),
+                       (Place("experiments", "step", 1),), "Ctrl+Shift+H",
+                       "N more draws into the same histogram"),
+            ActionSpec("sweep", "Sweep a setting…", self.ask_sweep,
+                       (Place("experiments", "runs", 0),),
+                       tip="One run per value, same prompt and seed"),
+            ActionSpec("variation", "Stochastic variation…", self.ask_variation,
+                       (Place("experiments", "runs", 1),), tip="N seeded runs grouped by output"),
+            ActionSpec("lockstep", "Two models in lockstep…", self.ask_lockstep,
+                       (Place("experiments", "runs", 2),), tip="Model B scores model A's text"),
+        ]  # fmt: skip
 
     # -- what the experiments read --------------------------------------------------------------
 
@@ -193,7 +183,7 @@ class ExperimentActions(QObject):
 
     @Slot()
     def ask_sweep(self) -> None:
-        dialog = SweepDialog(self.window, self.lesson_sweep, self.request(False).settings)
+        dialog = SweepDialog(self.dialog_parent, self.lesson_sweep, self.request(False).settings)
         if dialog.exec() != SweepDialog.DialogCode.Accepted:
             return
         setting, text = dialog.chosen()
@@ -206,16 +196,16 @@ class ExperimentActions(QObject):
 
     @Slot()
     def ask_variation(self) -> None:
-        dialog = RunsDialog(self.window)
+        dialog = RunsDialog(self.dialog_parent)
         if dialog.exec() == RunsDialog.DialogCode.Accepted:
             self.variation(dialog.runs.value())
 
     @Slot()
     def ask_lockstep(self) -> None:
         bundled = [(m.name, m.title) for m in list_bundled() if m.kind == DECODER_ONLY]
-        recents = getattr(getattr(self.window, "picker", None), "recents", [])
+        recents = self.recents()
         served = [(s, served_title(s)) for s in recents if parse_served(s)]  # Open served model…
-        dialog = LockstepDialog(self.window, bundled, served)
+        dialog = LockstepDialog(self.dialog_parent, bundled, served)
         if self.lesson_model_b is not None:  # a lesson's lockstep stage: its model B chosen
             dialog.model.setCurrentIndex(max(0, dialog.model.findData(self.lesson_model_b)))
         if dialog.exec() != LockstepDialog.DialogCode.Accepted:
@@ -226,9 +216,8 @@ class ExperimentActions(QObject):
 
     # -- drawing (timer) ----------------------------------------------------------------------
 
-    @Slot()
-    def tick(self) -> None:
-        self._follow_looks()
+    def tick(self, _busy: bool = False) -> None:
+        """A frame of the display clock: draw what finished jobs returned."""
         if not self.latest:
             return
         latest, self.latest = self.latest, {}
@@ -256,23 +245,16 @@ class ExperimentActions(QObject):
         )
         self.say(f"Lockstep: {len(result.steps)} steps compared.")
 
-    def _follow_looks(self) -> None:
-        """The zoom, the presentation view and the theme, as the window set them."""
-        points = QApplication.font().pointSize()
-        presenting = bool(getattr(self.window, "presenting", False))
-        theme = getattr(self.window, "theme", LIGHT)
-        looks = (points, presenting, theme.name)
-        if looks == self._looks:
-            return
-        self._looks = looks
+    def set_theme(self, theme: Theme) -> None:  # the display clock
+        t = self.tabs
+        for view in (t.histogram, t.sweep, t.lockstep.kl, t.lockstep.jaccard):
+            view.set_theme(theme)
+
+    def set_text_size(self, points: int, presenting: bool) -> None:  # the display clock
         size = points if presenting else points - 1
         t = self.tabs
-        t.histogram.set_theme(theme)
         t.histogram.set_font_size(size, presenting)
-        t.sweep.set_theme(theme)
-        t.sweep.set_font_size(size)
-        for plot in (t.lockstep.kl, t.lockstep.jaccard):
-            plot.set_theme(theme)
+        for plot in (t.sweep, t.lockstep.kl, t.lockstep.jaccard):
             plot.set_font_size(size)
         for view in (t.sweep, t.variation, t.lockstep):
             view.set_compact(presenting)

@@ -179,7 +179,7 @@ def _served_lockstep(
     from engine.serve.remote import KeySource
     from engine.serve.remote_session import open_served
     from engine.serve.served_lockstep import ServedLockstep
-    from gui.models.actions import served_run_options
+    from gui.models.api import served_run_options
 
     url, model, key_kind = parse_served(source_b) or ("", "", "none")
     say(f"Connecting to model B at {url}…")

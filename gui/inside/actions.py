@@ -7,7 +7,8 @@ the tab closed nothing is computed. The last few results are kept, so going back
 "Colour by decision layer" in the output pane asks for the run's decision strip the same way;
 the Inputs page asks for integrated gradients on demand (progress in the status bar, Stop).
 
-The window makes one ``InsideActions(window)``; what it uses of the window is ``InsideHost``."""
+The composition root makes one ``InsideActions(InsideNeeds(...))``; it is never given the
+window."""
 
 from __future__ import annotations
 
@@ -15,35 +16,36 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from PySide6.QtCore import QTimer, Slot
+from PySide6.QtCore import Slot
 
 from engine.classroom.lesson_reader import INSIDE_PAGES
+from gui.common.token_pane import COLOR_BY_DECISION
 from gui.core.runtime import all_cores
+from gui.core.session import Session
+from gui.inside.api import JOBS
 from gui.inside.view import InsideView
-from gui.run.token_pane import COLOR_BY_DECISION
 
 KEEP = 12  # steps whose views are kept
-POLL_MS = 200  # how often the tab checks which step is in view
-JOBS = ("inside", "decision strip", "attribution")  # the jobs that leave the Score view open
+POLL_FRAMES = 6  # the tab checks which step is in view every 6th frame (200 ms at 30 Hz)
 
 
-class InsideHost(Protocol):
+class ScoredText(Protocol):
+    """The Score view as the Inside tab reads it (``gui.score.actions.ScoreActions``)."""
+
+    view: Any  # its ScoreView: a pane, a colour choice, token clicks
+    score: Any  # the TextScore shown, or None
+    selected: int | None
+
+
+@dataclass
+class InsideNeeds(Session):
+    """What the Inside tab is given: the plots (its tab), the output (its pane and colour
+    choice), the run's view (the step in view) and the Score view (a scored token's step)."""
+
     plots: Any  # gui.shell.areas.PlotArea
-    tabs: Any
-    runner: Any  # gui.core.worker.EngineRunner
-    bundle: Any
-    store: Any  # gui.core.store.RunStore
-    views: Any  # gui.run.view.RunView
-    scoring: Any  # gui.score.actions.ScoreActions
-    pane: Any  # the output's TokenPane
     output: Any  # gui.shell.areas.OutputBox
-    status_text: Any
-    run_finished: Any  # Signal(RunSummary)
-    theme: Any
-    appearance: Any
-
-    def text_points(self) -> int: ...
-    def show_error(self, message: str) -> None: ...
+    views: Any  # gui.run.view.RunView
+    score: ScoredText
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class Target:
 
 
 class InsideActions:
-    def __init__(self, w: InsideHost) -> None:
+    def __init__(self, w: InsideNeeds) -> None:
         self.w = w
         self.view = InsideView()
         w.plots.tabs.insertTab(1, self.view, "Inside")
@@ -82,17 +84,14 @@ class InsideActions:
         self.view.inputs.requested.connect(self.attribute)
         w.plots.tabs.currentChanged.connect(lambda _i: self.sync())
         # a click asks at once (after the window's own handlers chose the step), not at the poll
-        w.pane.token_clicked.connect(lambda _i: self.sync())
+        w.output.pane.token_clicked.connect(lambda _i: self.sync())
         w.score.view.token_clicked.connect(lambda _i: self.sync())
         w.score.view.colour.currentIndexChanged.connect(lambda _i: self.sync())
         w.output.color_mode.currentIndexChanged.connect(lambda _i: self.sync())
-        w.appearance.on_look.append(self.apply_look)
         w.runner.failed.connect(self._job_failed)
-        w.run_finished.connect(self._after_run)
         self.after_run_step: int | None = None  # a lesson stage's token, shown when its run ends
         w.runner.fraction.connect(self._progress)
-        self.timer = QTimer(self.view, interval=POLL_MS, timeout=self.sync)
-        self.timer.start()
+        self._frame = 0
 
     # -- what is in view ------------------------------------------------------------------------
 
@@ -204,7 +203,7 @@ class InsideActions:
         output's) and the path it shows; None when neither asks for decision layers."""
         w, scoring = self.w, self.w.score
         scored = scoring.view.isVisible() and scoring.score is not None
-        if (scoring.view.pane if scored else w.pane).mode != COLOR_BY_DECISION:
+        if (scoring.view.pane if scored else w.output.pane).mode != COLOR_BY_DECISION:
             return None  # nothing asked: nothing built (this runs five times a second)
         if scored:
             score, pane = scoring.score, scoring.view.pane
@@ -212,7 +211,7 @@ class InsideActions:
             target = Target(("strip", "score", id(score)), "", "", False,
                             tuple(score.context_ids), tokens, 0)  # fmt: skip
         else:
-            run, steps, pane = w.store.run, w.store.steps, w.pane
+            run, steps, pane = w.store.run, w.store.steps, w.output.pane
             if run is None or not steps:
                 return None
             tokens = tuple(s.token_id for s in steps)
@@ -244,7 +243,7 @@ class InsideActions:
             while len(self.strips) > KEEP:
                 self.strips.popitem(last=False)
             self._strip_done(pane, strip)
-            self.w.status_text.setText(f"Decision layers of {len(strip.decision)} tokens in "
+            self.w.say(f"Decision layers of {len(strip.decision)} tokens in "
                                        f"{strip.seconds:.2f} s.")  # fmt: skip
 
         self.strip_key = key
@@ -253,8 +252,8 @@ class InsideActions:
 
     def _strip_done(self, pane: Any, strip: Any) -> None:
         pane.set_decisions(strip)
-        if pane is self.w.pane:
-            self.w.views.update_legend(self.w.theme)
+        if pane is self.w.output.pane:
+            self.w.views.update_legend(self.w.looks.theme)
         else:
             self.w.score.view.update_legend()
 
@@ -315,13 +314,24 @@ class InsideActions:
         self.after_run_step = options.get("inside_step")
 
     @Slot(object)
-    def _after_run(self, _summary: Any) -> None:
+    def after_run(self, _summary: Any) -> None:
         step, self.after_run_step = self.after_run_step, None
         if step is not None and step <= len(self.w.store.steps):
             self.w.views.select(step - 1)
 
+    def tick(self, _busy: bool) -> None:  # the display clock
+        self._frame += 1
+        if self._frame % POLL_FRAMES == 0:
+            self.sync()
+
+    def set_text_size(self, _points: int, _presenting: bool) -> None:  # the display clock
+        self.apply_look()
+
+    def set_theme(self, _theme: Any) -> None:
+        self.apply_look()
+
     def apply_look(self) -> None:
-        presenting = self.w.appearance.presenting
-        self.view.set_theme(self.w.theme)
-        self.view.set_font_size(self.w.text_points() - (0 if presenting else 1))
+        presenting = self.w.looks.presenting
+        self.view.set_theme(self.w.looks.theme)
+        self.view.set_font_size(self.w.looks.text_points() - (0 if presenting else 1))
         self.view.set_compact(presenting)

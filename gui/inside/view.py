@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
 from engine.internals.records import InputAttribution, LensView, LogitAttribution, StepInside
 from gui.common.step_text import pct, short
 from gui.common.theme import LIGHT, Theme, mix
+from gui.common.token_pane import visible_text
 from gui.inside.plots import DlaPlot, KlPlot, LensGrid, SourcePlot
-from gui.run.token_pane import visible_text
 
 ROLLOUT, MEAN, HEAD, CROSS = "rollout", "mean", "head", "cross"
 

@@ -1,26 +1,27 @@
 """Loading models in the window: the model picker's choice or File > Open served model… (a
 local model, a folder, a .gguf file, a hub id or an OpenAI-compatible endpoint), and the
 speculative method's draft model. ``ModelActions`` owns the loaded model (``bundle``) and the
-source being loaded; it never imports the window: ``ModelHost`` is what it uses there."""
+source being loaded; it never imports the window: ``ModelNeeds`` is what it is given."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Slot
-from PySide6.QtWidgets import QInputDialog, QLabel, QPlainTextEdit, QWidget
+from PySide6.QtWidgets import QInputDialog, QLabel
 
 from engine.models.catalog import served_kind, served_options
 from engine.validate.served import CREDENTIALS_REFUSED, has_credentials, redact_url
+from gui.common.actions import ActionSpec, Place
+from gui.core.session import Session
 from gui.models.served_dialog import ServedDialog, parse_served
 
 if TYPE_CHECKING:
     from engine.models.loading import ModelBundle
     from gui.controls.method_panel import MethodPanel
-    from gui.core.worker import EngineRunner
     from gui.models.picker import ModelPicker
-    from gui.shell.areas import PromptBox
 
 
 def served_run_options(source: str) -> dict[str, object]:
@@ -34,29 +35,23 @@ def served_run_options(source: str) -> dict[str, object]:
     }  # fmt: skip
 
 
-class ModelHost(Protocol):
-    """The window as model loading sees it."""
+@dataclass
+class ModelNeeds(Session):
+    """What model loading is given: the picker, the panels that describe a model, and two
+    callbacks of the window's."""
 
-    runner: EngineRunner
     picker: ModelPicker
     method: MethodPanel
-    prompt_box: PromptBox
-    prompt: QPlainTextEdit
+    prompt_box: Any  # gui.shell.areas.PromptBox
     model_label: QLabel
-    status_text: QLabel
-
-    def window(self) -> QWidget: ...  # a dialog's parent
-    def after_idle(self, fn: Callable[[], None]) -> None: ...
-    def show_error(self, message: str) -> None: ...
-    def clear_output(self) -> None: ...
-    def show_capability(self, versions: tuple[str, ...]) -> None: ...
+    clear_output: Callable[[], None]
+    show_capability: Callable[[tuple[str, ...]], None]  # a served model's capability line
 
 
 class ModelActions(QObject):
-    def __init__(self, host: ModelHost) -> None:
-        super().__init__(host.window())
+    def __init__(self, host: ModelNeeds) -> None:
+        super().__init__(host.parent)
         self.host = host
-        self.bundle: ModelBundle | None = None
         self._loading_source: str | None = None  # as the user gave it (the recents keep it)
         r = host.runner
         r.model_loaded.connect(self.adopt)
@@ -66,6 +61,22 @@ class ModelActions(QObject):
         host.picker.source_chosen.connect(self.load_model)
         host.picker.served_requested.connect(self.open_served_dialog)
         host.picker.weights.dtype_chosen.connect(self._reload_in)
+
+    @property
+    def bundle(self) -> ModelBundle | None:
+        return self.host.model.bundle
+
+    @bundle.setter
+    def bundle(self, bundle: ModelBundle | None) -> None:
+        self.host.model.bundle = bundle
+
+    def action_specs(self) -> list[ActionSpec]:
+        """File > Open served model…"""
+        return [
+            ActionSpec("served", "Open served model…", self.open_served_dialog,
+                       (Place("file", "served", 0),),
+                       tip="A model on vLLM, llama.cpp's llama-server, Ollama or SGLang"),
+        ]  # fmt: skip
 
     @Slot(str)
     def load_model(self, source: str) -> None:
@@ -86,13 +97,13 @@ class ModelActions(QObject):
             from engine.serve.remote import KeySource
 
             url, model, key_kind = served
-            h.status_text.setText(f"Connecting to {url}…")
+            h.say(f"Connecting to {url}…")
             h.runner.open_served(
                 url, model or None, KeySource(key_kind), **served_run_options(source)
             )
             return
         dtype = h.picker.weights.dtype()
-        h.status_text.setText(f"Loading {source}{'' if dtype == 'auto' else ' in ' + dtype}…")
+        h.say(f"Loading {source}{'' if dtype == 'auto' else ' in ' + dtype}…")
         h.runner.load(source, dtype=dtype)
 
     @Slot(str)
@@ -106,7 +117,7 @@ class ModelActions(QObject):
     def open_served_dialog(self) -> None:
         """File > Open served model…: the endpoint, the model, where the key comes from."""
         last = next((r for r in self.host.picker.recents if parse_served(r)), None)
-        dialog = ServedDialog(self.host.window(), last)
+        dialog = ServedDialog(self.host.parent, last)
         if dialog.exec() != ServedDialog.DialogCode.Accepted:
             return
         source = dialog.source()
@@ -131,11 +142,13 @@ class ModelActions(QObject):
         h.method.set_served(hasattr(bundle, "make_session"))  # a served model's stream mode
         h.prompt_box.describe_model(bundle.is_encoder_decoder, bundle.has_chat_template)
         example = bundle.extra.get("example_prompt")
-        current = h.prompt.toPlainText().strip()
+        current = h.prompt_box.editor.toPlainText().strip()
         if example and (not current or current == previous_example):
-            h.prompt.setPlainText(example)
+            h.prompt_box.editor.setPlainText(example)
         h.clear_output()
-        h.status_text.setText(f"Ready: {bundle.name}. Press Generate (Ctrl+Enter).")
+        # int8 / int4: what the load got, in one clause ("14 of 15 matrices int4"), all on hover
+        got = bundle.extra.get("quant_summary", "").split(";")[0].strip()
+        h.say(f"Ready: {bundle.name}{f' ({got})' if got else ''}. Press Generate (Ctrl+Enter).")
 
     @Slot(str)
     def _on_load_failed(self, message: str) -> None:
@@ -146,7 +159,7 @@ class ModelActions(QObject):
     @Slot()
     def _pick_draft(self) -> None:
         text, ok = QInputDialog.getText(
-            self.host.window(), "Draft model",
+            self.host.parent, "Draft model",
             "A bundled name, a folder, a .gguf file or a Hugging Face id:",
         )  # fmt: skip
         if ok and text.strip():
@@ -155,10 +168,10 @@ class ModelActions(QObject):
     def load_draft(self, source: str) -> None:
         if self.host.runner.busy:
             return
-        self.host.status_text.setText(f"Loading draft model {source}…")
+        self.host.say(f"Loading draft model {source}…")
         self.host.runner.load_draft(source)
 
     @Slot(object)
     def _on_draft_loaded(self, draft: ModelBundle) -> None:
         self.host.method.draft_label.setText(draft.name)
-        self.host.status_text.setText(f"Draft model ready: {draft.name}")
+        self.host.say(f"Draft model ready: {draft.name}")

@@ -1,61 +1,84 @@
 """The run's buttons in the window: Generate, Step, Continue (a run restored from the autosave
 is rebuilt by the engine first), Stop, Compare methods and Clear, each one runner call built
-from the panels' request. ``RunActions`` never imports the window: ``RunHost`` is what it uses
+from the panels' request. ``RunActions`` never imports the window: ``RunNeeds`` is what it is given
 there (undo, redo and a chosen token are the run tree's: gui.tree.actions)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
-
-from PySide6.QtWidgets import QLabel, QPlainTextEdit
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from engine.drivers.workbench import RunRequest
 from engine.records import BEAMS, CONTRASTIVE, SAMPLING
+from gui.common.actions import ActionSpec, Place
+from gui.core.session import Session
 
 if TYPE_CHECKING:
-    from engine.models.loading import ModelBundle
-    from gui.classroom.actions import Classroom
+    from engine.sampling.settings import SamplerSettings
     from gui.controls.method_panel import MethodPanel
     from gui.controls.sampler_panel import SamplerPanel
-    from gui.core.store import RunStore
-    from gui.core.worker import EngineRunner
     from gui.run.view import RunView
-    from gui.shell.areas import PlotArea, PromptBox
 
 TREE_METHODS = (*BEAMS, CONTRASTIVE)  # methods that draw a tree (BeamEvent records)
 
 
-class RunHost(Protocol):
-    """The window as the run's buttons see it."""
+@dataclass
+class RunNeeds(Session):
+    """What the run's buttons are given: the panels a request is read from, the views a new
+    run clears, and two callbacks."""
 
-    runner: EngineRunner
-    store: RunStore
-    views: RunView
-    bundle: ModelBundle | None
-    prompt: QPlainTextEdit
-    prompt_box: PromptBox
+    prompt_box: Any  # gui.shell.areas.PromptBox
     sampler: SamplerPanel
     method: MethodPanel
-    plots: PlotArea
-    classroom: Classroom  # a lesson stage's settings the panels cannot show
-    status_text: QLabel
-
-    def show_error(self, message: str) -> None: ...
-    def _update_buttons(self) -> None: ...
+    plots: Any  # gui.shell.areas.PlotArea
+    views: RunView
+    lesson_settings: Callable[[SamplerSettings], SamplerSettings]  # a stage's hidden settings
+    update_actions: Callable[[], None]
 
 
 class RunActions:
-    def __init__(self, host: RunHost) -> None:
+    def __init__(self, host: RunNeeds) -> None:
         self.host = host
+
+    def action_specs(self) -> list[ActionSpec]:
+        """The run's buttons: on the main toolbar, Clear in the Edit menu too."""
+        h = self.host
+        idle = lambda: not h.runner.busy  # noqa: E731
+        ready = lambda: idle() and h.bundle is not None  # noqa: E731
+
+        def can_go_on() -> bool:
+            store = h.store
+            return store.can_resume() or (
+                store.can_continue() and store.method not in BEAMS and not store.restored
+            )
+
+        def button(aid: str, text: str, slot: Any, keys: str, tip: str, order: int,
+                   enabled: Any) -> ActionSpec:  # fmt: skip
+            return ActionSpec(aid, text, slot, (Place("toolbar.main", "run", order),), keys,
+                              tip, keys_in_tip=True, enabled_when=enabled)  # fmt: skip
+
+        return [
+            button("generate", "Generate", self.generate, "Ctrl+Return",
+                   "Start a new run from the prompt", 0, ready),
+            button("stop", "Stop", self.stop, "Esc", "Stop after the current token", 1,
+                   lambda: h.runner.busy),
+            button("step", "Step", self.step_once, "Ctrl+Right",
+                   "Generate exactly one more token", 2, ready),
+            button("continue_", "Continue", self.continue_run, "Ctrl+Shift+Return",
+                   "Carry on from where the run stopped", 3, lambda: idle() and can_go_on()),
+            ActionSpec("clear", "Clear", self.clear_output,
+                       (Place("edit", "choice", 2), Place("toolbar.main", "run", 5)), "Ctrl+L",
+                       "Clear the output and the plots", keys_in_tip=True, enabled_when=idle),
+        ]  # fmt: skip
 
     def request(self, new_seed: bool = True, limit: int | None = None) -> RunRequest:
         """What the panels say now: the prompt, the method and its options, the settings."""
         h = self.host
         settings = h.sampler.next_run_settings() if new_seed else h.sampler.settings()
-        settings = h.classroom.settings(settings)
+        settings = h.lesson_settings(settings)
         return RunRequest(
-            prompt=h.prompt.toPlainText(), method=h.method.current(), settings=settings,
+            prompt=h.prompt_box.editor.toPlainText(), method=h.method.current(), settings=settings,
             chat_template=h.prompt_box.use_chat(), limit=limit, **h.method.request_options(),
         )  # fmt: skip
 
@@ -72,7 +95,7 @@ class RunActions:
             h.views.clear()
             if request.method in TREE_METHODS:
                 h.plots.tabs.setCurrentWidget(h.plots.beam_panel)
-            h.status_text.setText("Generating…")
+            h.say("Generating…")
 
     def step_once(self) -> None:
         h = self.host
@@ -105,14 +128,12 @@ class RunActions:
             method=SAMPLING,
         )  # fmt: skip
         if h.runner.resume(request, h.store.steps, limit):
-            h.status_text.setText(
-                f"Rebuilding the restored run ({len(h.store.steps)} tokens), then going on…"
-            )
+            h.say(f"Rebuilding the restored run ({len(h.store.steps)} tokens), then going on…")
 
     def stop(self) -> None:
         if self.host.runner.busy:
             self.host.runner.stop()
-            self.host.status_text.setText("Stopping…")
+            self.host.say("Stopping…")
 
     def run_comparison(self) -> None:
         h = self.host
@@ -122,7 +143,7 @@ class RunActions:
         h.store.results.clear()
         if h.runner.compare(self.request()):
             h.plots.tabs.setCurrentWidget(h.plots.compare_view)
-            h.status_text.setText("Comparing methods…")
+            h.say("Comparing methods…")
 
     def clear_output(self) -> None:
         h = self.host
@@ -131,7 +152,7 @@ class RunActions:
         h.runner.forget_run()
         h.store.clear(tree=True)  # the tree goes on the shelf of the session's trees
         h.views.clear()
-        h._update_buttons()
+        h.update_actions()
         if h.store.track.cleared is not None:
-            h.status_text.setText("Cleared. The tree is kept (Tree > Trees…); Undo brings it "
+            h.say("Cleared. The tree is kept (Tree > Trees…); Undo brings it "
                                   "back.")  # fmt: skip

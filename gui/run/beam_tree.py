@@ -65,6 +65,9 @@ class BeamTreeView(QGraphicsView):
         self.setBackgroundBrush(QBrush(QColor(theme.plot_bg)))
         self._redraw()
 
+    def set_text_size(self, points: int, presenting: bool) -> None:  # the display clock
+        self.set_font_size(points if presenting else points - 1)
+
     def set_font_size(self, points: int) -> None:
         self.font_pt = points
         self._redraw()

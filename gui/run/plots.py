@@ -12,16 +12,10 @@ from PySide6.QtWidgets import QToolTip, QWidget
 from engine.records import SCORED, Candidate, Step
 from gui.common.series_plot import still_plot, style_axes, tick_font
 from gui.common.step_text import bar_text, legend_html, pct, short, value_text
-from gui.common.theme import CUT_MARK, LIGHT, Theme
+from gui.common.theme import CUT_MARK, LIGHT, SERVER_BAR, Theme
+from gui.run.plot_fit import OTHER_ID, label_every, rows_for, x_limit, x_ticks
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
-
-
-X_LIMITS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)  # the probability axis ends at one of these
-
-
-OTHER_ID = -1  # the "other" bar of a served model's step (not a token)
-SERVER_BAR = "#009e73"  # a served model's own sampler (llama-server), beside ours
 
 
 class DistributionPlot(pg.PlotWidget):
@@ -97,6 +91,9 @@ class DistributionPlot(pg.PlotWidget):
             label.setColor(QColor(theme.text))
         if self.step is not None:
             self.set_step(self.step)
+
+    def set_text_size(self, points: int, presenting: bool) -> None:  # the display clock
+        self.set_font_size(points if presenting else points - 1)
 
     def set_font_size(self, points: int) -> None:
         self._points = points
@@ -265,47 +262,19 @@ class DistributionPlot(pg.PlotWidget):
         return max(5, int(height // line)) if height > 1 else self.top_n
 
     def _rows(self, step: Step) -> list[tuple[float, Candidate, int]]:
-        room = self._fit()
-        n = min(self.top_n, room)
-        if step.token_id not in {c.token_id for c in step.candidates[:n]} and n >= room:
-            n = max(1, room - 1)  # room for the chosen token's own row below the gap
-        if getattr(step, "other_p", None) is not None and n >= room:
-            n = max(1, n - 1)  # and for the served model's "all other tokens"
-        self.shown_n = min(n, len(step.candidates))
-        cands = step.candidates[:n]
-        rows = [(float(i), c, i + 1) for i, c in enumerate(cands)]
-        if step.token_id not in {c.token_id for c in cands}:
-            # the chosen token ranks below the shown ones: its own row, below a gap
-            me = Candidate(step.token_id, step.token_str, step.raw_prob, step.prob)
-            rows.append((len(cands) + 0.5, me, step.rank))
-        other = getattr(step, "other_p", None)
-        if other is not None:  # a served model: the mass outside the N it sent, as one bar
-            lump = Candidate(OTHER_ID, "(all other tokens)", other, 0.0, "not sent by the server")
-            rows.append((rows[-1][0] + 1.0 if rows else 0.0, lump, 0))
+        rows, self.shown_n = rows_for(step, self.top_n, self._fit())
         return rows
 
     def _x_limit(self, ends: np.ndarray, texts: list[str]) -> float:
-        """The smallest of X_LIMITS that leaves room right of every bar for its label."""
-        width = self.getPlotItem().getViewBox().width()
-        metrics = QFontMetrics(self._tick_font)
-        need = 0.0
-        for end, text in zip(ends, texts, strict=True):
-            room = width - metrics.horizontalAdvance(text) - 12
-            need = max(need, float(end) * width / room if room > 0 else 1.0)
         # Past 1.0 the range grows for the label; the axis still stops at 1 (set_step).
-        return next((u for u in X_LIMITS if u >= need), min(1.6, need))
+        width = self.getPlotItem().getViewBox().width()
+        return x_limit(width, QFontMetrics(self._tick_font).horizontalAdvance, ends, texts)
 
     def _x_ticks(self, upper: float) -> None:
-        """Probability ticks far enough apart for their labels at this font and width (the
-        automatic ones ran together as "0.20.40.60.8" in a narrow plot with big text)."""
-        width = max(1.0, self.getPlotItem().getViewBox().width())
+        width = self.getPlotItem().getViewBox().width()
         label = QFontMetrics(self._tick_font).horizontalAdvance("0.75") * 1.6
-        top = min(upper, 1.0)
-        for step in (0.05, 0.1, 0.2, 0.25, 0.5, 1.0):
-            if step * width / upper >= label and top / step <= 10:
-                break
-        ticks = [(i * step, f"{i * step:g}") for i in range(int(round(top / step)) + 1)]
-        key = (step, top)
+        step, ticks = x_ticks(width, label, upper)
+        key = (step, min(upper, 1.0))
         if getattr(self, "_ticks_key", None) != key:
             self._ticks_key = key
             self.getPlotItem().getAxis("bottom").setTicks([ticks])
@@ -320,13 +289,8 @@ class DistributionPlot(pg.PlotWidget):
                 or c.token_id == OTHER_ID)  # fmt: skip
 
     def _label_every(self, rows: int) -> int:
-        """Label every row when the labels fit, else every 2nd, 5th, ... (a pile is unreadable)."""
-        height = max(1.0, self.getPlotItem().getViewBox().height())
-        line = QFontMetrics(self._tick_font).height() * 1.05
-        for every in (1, 2, 5, 10):
-            if rows / every * line <= height:
-                return every
-        return 10
+        height = self.getPlotItem().getViewBox().height()
+        return label_every(height, QFontMetrics(self._tick_font).height() * 1.05, rows)
 
     def _mark_cut(self, step: Step, cut: np.ndarray, upper: float) -> None:
         # The cut falls where the kept prefix ends (when the kept tokens are a prefix by rank).

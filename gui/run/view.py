@@ -5,6 +5,7 @@ timer calls ``apply`` with each drained ``Change``; nothing here runs on the wor
 from __future__ import annotations
 
 from itertools import islice
+from typing import Any
 
 import numpy as np
 from PySide6.QtWidgets import QLabel
@@ -12,10 +13,9 @@ from PySide6.QtWidgets import QLabel
 from engine.records import SPEC_DRAFT, SPEC_NGRAM, RunSummary, SpeculativeReport, Step
 from gui.common.step_text import bits, step_summary
 from gui.common.theme import BUCKET_LABELS, CUT_MARK, Theme
+from gui.common.token_pane import COLOR_BY_DECISION, COLOR_BY_RANK, decision_legend
 from gui.controls.method_panel import MethodPanel
 from gui.core.store import Change, RunStore
-from gui.run.token_pane import COLOR_BY_DECISION, COLOR_BY_RANK, decision_legend
-from gui.shell.areas import OutputBox, PlotArea
 
 DIST_EVERY = 3  # while generating: the distribution plot at 10 Hz (text stays at 30 Hz)
 SERIES_EVERY = 12  # and the speed/entropy curves at 2.5 Hz (offset by one frame); all when idle
@@ -73,8 +73,8 @@ class RunView:
     def __init__(
         self,
         store: RunStore,
-        output: OutputBox,
-        plots: PlotArea,
+        output: Any,  # gui.shell.areas.OutputBox
+        plots: Any,  # gui.shell.areas.PlotArea
         method: MethodPanel,
         rate_label: QLabel,
     ) -> None:

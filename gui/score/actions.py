@@ -11,16 +11,17 @@ the context stays the encoder input and only the first token can be branched (th
 cannot start the decoder from a given text yet). The text before the token is found on the
 job's thread too (a served model's tokenizer may answer over the network).
 
-The window makes one ``ScoreActions(window)``; this module never imports ``gui.shell.window``: what
-it uses of the window is the ``ScoreHost`` protocol below."""
+The composition root makes one ``ScoreActions(ScoreNeeds(...))``; it is never given the
+window."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from PySide6.QtCore import QTimer, Slot
-from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -33,9 +34,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.cli.tree import score_precision_note
 from engine.records import SCORED, Step
 from engine.tree.scored import TextScore
-from gui.inside.actions import JOBS as INSIDE_JOBS
+from gui.common.actions import ActionSpec, Place
+from gui.core.session import Session
+from gui.inside.api import JOBS as INSIDE_JOBS
 from gui.score.view import ScoreView, describe_token, score_steps
 
 MAX_SCORE_FILE_BYTES = 1024 * 1024  # a text file to score; bigger is refused, not truncated
@@ -50,32 +54,18 @@ CONTEXT_HINT = (
 )
 
 
-class ScoreHost(Protocol):
-    """What the controller reads and calls on the window."""
+@dataclass
+class ScoreNeeds(Session):
+    """What the Score view is given: the middle column (it takes the output's place), the
+    plots, the prompt, and the run's calls it branches with."""
 
-    output: QWidget
+    output: QWidget  # gui.shell.areas.OutputBox
     plots: Any  # gui.shell.areas.PlotArea
-    dist: Any  # gui.run.plots.DistributionPlot
-    tabs: Any
-    runner: Any  # gui.core.worker.EngineRunner
-    bundle: Any
-    prompt: QPlainTextEdit
-    prompt_box: Any
-    store: Any
-    status_text: QLabel
-    theme: Any
-    presenting: bool
-
-    def menuBar(self) -> Any: ...  # noqa: N802 - Qt's name
-    def choose_token(self, step_index: int, token_id: int) -> None: ...
-    def clear_output(self) -> None: ...
-    def step_once(self) -> None: ...
-
-    inside: Any  # gui.inside.actions.InsideActions
-
-    def after_idle(self, fn: Any) -> None: ...
-    def show_error(self, message: str) -> None: ...
-    def text_points(self) -> int: ...
+    prompt_box: Any  # gui.shell.areas.PromptBox
+    choose_token: Callable[[int, int], None]
+    clear_output: Callable[[], None]
+    step_once: Callable[[], None]
+    inside_shown: Callable[[], bool]  # the Inside tab is the one in view (it follows a click)
 
 
 def read_text_file(path: str | Path) -> str:
@@ -135,7 +125,7 @@ class ScoreDialog(QDialog):
 class ScoreActions:
     """The Score view, its menu entry and its job; see the module's docstring."""
 
-    def __init__(self, w: ScoreHost) -> None:
+    def __init__(self, w: ScoreNeeds) -> None:
         self.w = w
         self.view = ScoreView()
         self.view.hide()
@@ -146,18 +136,16 @@ class ScoreActions:
         self._sizes: list[int] = []  # the middle column's split before the view opened
         self._hint = ""  # the Distribution tab's hint before it said BRANCH_HINT
         self.selected: int | None = None
-        self.action = QAction("Score a text…", w.output.window())
-        self.action.setToolTip("Read a text through the model's eyes: rank and surprisal")
-        self.action.triggered.connect(self.ask)
-        file_menu = next(a.menu() for a in w.menuBar().actions() if a.text() == "&File")
-        file_menu.insertAction(file_menu.actions()[1], self.action)  # after Open served model
-        # A bar click means "take this token in the run", except while the plot shows a
-        # scored token: then it means "branch here" (see the module's docstring).
-        w.dist.bar_clicked.disconnect(w.choose_token)
-        w.dist.bar_clicked.connect(self._bar_clicked)
         w.runner.busy_changed.connect(self._on_busy)
         self.view.token_clicked.connect(self.select)
         self.view.closed.connect(self.close)
+
+    def action_specs(self) -> list[ActionSpec]:
+        """File > Score a text…"""
+        return [
+            ActionSpec("score_text", "Score a text…", self.ask, (Place("file", "lesson", 1),),
+                       tip="Read a text through the model's eyes: rank and surprisal"),
+        ]  # fmt: skip
 
     # -- scoring ------------------------------------------------------------------------------
 
@@ -188,7 +176,7 @@ class ScoreActions:
             return score_text(bundle, text, prompt=prompt, top_n=SCORE_TOP_N)
 
         if w.runner.job("score", work, self._scored):
-            w.status_text.setText("Scoring the text…")
+            w.say("Scoring the text…")
 
     def _scored(self, score: TextScore) -> None:
         w = self.w
@@ -198,11 +186,16 @@ class ScoreActions:
         after = f"after “{context if len(context) <= 80 else '…' + context[-79:]}”"
         what = f"{f'by {name} · ' if name else ''}{after if context else 'no context'}"
         self.view.show_score(score, self.steps, what)
+        # bfloat16 / int8 / int4: why these numbers can differ from the run that wrote the text
+        note = score_precision_note(w.bundle)
+        self.view.title.setToolTip(note)
+        if note:
+            self.view.title.setText(self.view.title.text() + " · <i>rounded: hover</i>")
         self.open_view()
         peak = score.peak()  # the most surprising token; a no-context first one left out
         if peak is not None:
             self.select(peak)
-        w.status_text.setText(
+        w.say(
             f"Scored {len(score.tokens)} tokens: perplexity {score.perplexity:.2f}. Click a "
             "token for the model's list there."
         )
@@ -232,10 +225,11 @@ class ScoreActions:
             self.view.parentWidget().setSizes(self._sizes)
         if self._hint:
             self.w.plots.dist_box.hint.setText(self._hint)
-        if self.w.dist.step is not None and self.w.dist.step.source == SCORED:
-            self.w.dist.set_step(None)  # the run's views draw their step at the next change
+        dist = self.w.plots.dist_box.plot
+        if dist.step is not None and dist.step.source == SCORED:
+            dist.set_step(None)  # the run's views draw their step at the next change
             if self.w.store.steps:
-                self.w.dist.set_step(self.w.store.steps[-1])
+                dist.set_step(self.w.store.steps[-1])
 
     @Slot(int)
     def select(self, index: int) -> None:
@@ -244,20 +238,26 @@ class ScoreActions:
             return
         self.selected = index
         self.view.select(index)
-        self.w.dist.set_step(self.steps[index])
+        self.w.plots.dist_box.plot.set_step(self.steps[index])
         box = self.w.plots.dist_box
         alone = self.score.no_context and index == 0
-        box.info.setText(describe_token(self.score.tokens[index], self.w.presenting, alone))
+        box.info.setText(describe_token(self.score.tokens[index], self.w.looks.presenting, alone))
         if box.hint.text() != BRANCH_HINT:
             self._hint = box.hint.text()
             box.hint.setText(BRANCH_HINT)
-        if self.w.tabs.currentWidget() is not self.w.inside.view:  # Inside follows the click
-            self.w.tabs.setCurrentWidget(self.w.plots.dist_box)
+        if not self.w.inside_shown():  # the Inside tab follows the click
+            self.w.plots.tabs.setCurrentWidget(self.w.plots.dist_box)
+
+    def set_text_size(self, _points: int, _presenting: bool) -> None:  # the display clock
+        self.apply_look()
+
+    def set_theme(self, _theme: Any) -> None:
+        self.apply_look()
 
     def apply_look(self) -> None:
-        """The window's theme and text size (called by gui.shell.appearance too)."""
-        pt = self.w.text_points()
-        self.view.set_theme(self.w.theme)
+        """The window's theme and text size."""
+        pt = self.w.looks.text_points()
+        self.view.set_theme(self.w.looks.theme)
         self.view.set_font_size(pt)
         # the presentation switch redraws the run's step into the plot after this: ours again
         QTimer.singleShot(0, self._reselect)
@@ -277,12 +277,11 @@ class ScoreActions:
     # -- branch here --------------------------------------------------------------------------
 
     @Slot(int, int)
-    def _bar_clicked(self, step_index: int, token_id: int) -> None:
-        step = self.w.dist.step
-        if step is not None and step.source == SCORED:
-            self.branch_here(step_index, token_id)
-        else:
-            self.w.choose_token(step_index, token_id)
+    def shows_scored_token(self) -> bool:
+        """A bar click means "take this token in the run", except while the plot shows a
+        scored token: then it means "branch here" (see the module's docstring)."""
+        step = self.w.plots.dist_box.plot.step
+        return step is not None and step.source == SCORED
 
     def branch_here(self, index: int, token_id: int) -> None:
         """Prompt = context + the text before scored token ``index``; take ``token_id`` there
@@ -311,13 +310,13 @@ class ScoreActions:
             w.after_idle(lambda: self._branch(prefix, token_id))
 
         if w.runner.job("branch here", before, then):
-            w.status_text.setText(f"Branching at token {position + 1} of the scored text…")
+            w.say(f"Branching at token {position + 1} of the scored text…")
 
     def _branch(self, before: str, token_id: int) -> None:
         """The prompt is the context plus ``before``; one Step, then ``token_id`` replaces it."""
         w = self.w
         w.clear_output()
         w.prompt_box.chat_template.setChecked(False)
-        w.prompt.setPlainText(self.prompt + before)
+        w.prompt_box.editor.setPlainText(self.prompt + before)
         w.step_once()
         w.after_idle(lambda: w.choose_token(0, token_id) if w.store.steps else None)

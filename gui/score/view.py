@@ -32,7 +32,7 @@ from engine.tree.scored import ScoredToken, TextScore
 from gui.common.series_plot import still_plot, style_axes, tick_font
 from gui.common.step_text import pct, short
 from gui.common.theme import BUCKET_LABELS, LIGHT, Theme, bucket_of
-from gui.run.token_pane import (
+from gui.common.token_pane import (
     COLOR_BY_DECISION,
     COLOR_BY_RANK,
     TokenPane,

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from gui.common.fitting import ElidedLabel, OneLineLabel
 from gui.common.series_plot import SeriesPlot
 from gui.common.step_text import step_summary
+from gui.common.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
 from gui.controls.knob_row import guard_wheel
 from gui.controls.method_panel import MethodPanel
 from gui.controls.sampler_panel import SamplerPanel
@@ -35,7 +36,6 @@ from gui.experiments.tabs import ExperimentTabs
 from gui.run.beam_tree import BeamTreePanel, BeamTreeView
 from gui.run.compare_view import CompareView
 from gui.run.plots import DistributionPlot
-from gui.run.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
 from gui.tree.view import TreeView
 
 

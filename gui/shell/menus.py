@@ -1,49 +1,46 @@
-"""The window's actions, toolbar and menus, declared in one place."""
+"""The menu bar and the toolbars, built in one pass from every part's ``ActionSpec`` records
+(``gui.common.actions``). The menus, their sections and the toolbars are declared here; what
+goes in them is declared by the part that owns each action. The shell's own actions (looks,
+files, Help) are declared here too (``shell_specs``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QLabel, QToolBar
+from PySide6.QtWidgets import QMainWindow, QMenu, QToolBar, QWidget
 
-from gui.models.picker import ModelPicker
-
-if TYPE_CHECKING:
-    from gui.shell.window import MainWindow
+from gui.common.actions import ActionSpec, ActionTable, Keys, Place
 
 BASE_FONT_PT = 12
 
 
-@dataclass
-class Actions:
-    generate: QAction
-    stop: QAction
-    step: QAction
-    continue_: QAction
-    undo: QAction
-    redo: QAction
-    clear: QAction
-    theme: QAction
-    zoom_in: QAction
-    zoom_out: QAction
-    zoom_reset: QAction
-    export_json: QAction
-    export_csv: QAction
-    export_png: QAction
-    export_md: QAction
-    quit: QAction
-    served: QAction
-    presentation: QAction
-    shortcuts: QAction
-    about: QAction
-    picker: ModelPicker
+@dataclass(frozen=True)
+class Bar:
+    """A menu or a toolbar: its id, title, object name, and its sections in order."""
+
+    id: str
+    title: str
+    sections: tuple[str, ...]
+    object_name: str = ""
 
 
-Keys = str | QKeySequence.StandardKey | list[QKeySequence] | None
+MENUS = (
+    Bar("file", "&File", ("lesson", "served", "export", "tree", "quit")),
+    Bar("edit", "&Edit", ("choice",)),
+    Bar("view", "&View", ("looks",)),
+    Bar("lessons", "&Lessons", ("lessons", "guess"), "lessons_menu"),
+    Bar("experiments", "E&xperiments", ("step", "runs")),
+    Bar("tree", "&Tree", ("moves", "go", "files")),
+    Bar("help", "&Help", ("help",)),
+)
+TOOLBARS = (
+    # the model picker's widgets come first on the main toolbar (see build_bars)
+    Bar("toolbar.main", "Main", ("run", "present"), "main_toolbar"),
+    Bar("toolbar.view", "View", ("looks", "export"), "view_toolbar"),
+)
 
 _CTRL, _KEYPAD = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.KeypadModifier
 
@@ -65,6 +62,60 @@ def zoom_keys() -> tuple[list[QKeySequence], list[QKeySequence], list[QKeySequen
     return zoom_in, zoom_out, reset
 
 
+@dataclass(frozen=True)
+class ShellSlots:
+    """What the shell's own actions call (the window's looks, files and Help)."""
+
+    toggle_theme: Callable[[], None]
+    zoom: Callable[[int], None]
+    zoom_now: Callable[[], int]
+    toggle_presentation: Callable[[], None]
+    export: Callable[[str], object]
+    quit: Callable[[], object]
+    shortcuts: Callable[[], None]
+    about: Callable[[], None]
+
+
+def shell_specs(s: ShellSlots) -> list[ActionSpec]:
+    zoom_in, zoom_out, zoom_reset = zoom_keys()
+    looks, tools = "looks", "toolbar.view"
+    return [
+        ActionSpec("presentation", "Presentation view", s.toggle_presentation,
+                   (Place("view", looks, 0), Place("toolbar.main", "present", 0)), "F5",
+                   "For a projector: the output and the distribution fill the screen, big text",
+                   keys_in_tip=True, checkable=True, icon_text="Present"),
+        ActionSpec("theme", "Dark theme", s.toggle_theme,
+                   (Place("view", looks, 1), Place(tools, looks, 0)), "Ctrl+T",
+                   "Switch between light and dark", keys_in_tip=True, checkable=True,
+                   icon_text="Dark"),
+        ActionSpec("zoom_in", "A+", lambda: s.zoom(s.zoom_now() + 1),
+                   (Place("view", looks, 2), Place(tools, looks, 3)), zoom_in,
+                   "Bigger text, plots included", keys_in_tip=True),
+        ActionSpec("zoom_out", "A−", lambda: s.zoom(s.zoom_now() - 1),
+                   (Place("view", looks, 3), Place(tools, looks, 1)), zoom_out,
+                   "Smaller text, plots included", keys_in_tip=True),
+        ActionSpec("zoom_reset", "A", lambda: s.zoom(BASE_FONT_PT),
+                   (Place("view", looks, 4), Place(tools, looks, 2)), zoom_reset,
+                   "Normal text size", keys_in_tip=True),
+        ActionSpec("export_json", "Export run as JSON…", lambda: s.export("json"),
+                   (Place("file", "export", 0),), tip="Prompt, model, settings and every step"),
+        ActionSpec("export_csv", "Export steps as CSV…", lambda: s.export("csv"),
+                   (Place("file", "export", 1),), tip="One row per generated token"),
+        ActionSpec("export_png", "Export plots as PNG…", lambda: s.export("png"),
+                   (Place("file", "export", 2),), tip="A picture of the plots"),
+        ActionSpec("export_md", "Export text as Markdown…", lambda: s.export("md"),
+                   (Place("file", "export", 3),), tip="The prompt and the output"),
+        ActionSpec("export", "Export…", lambda: s.export("json"), (Place(tools, "export", 0),),
+                   tip="Save the run: JSON, CSV, PNG or Markdown"),
+        ActionSpec("quit", "Quit", s.quit, (Place("file", "quit", 0),),
+                   QKeySequence.StandardKey.Quit, "Close Decoding Lab", keys_in_tip=True),
+        ActionSpec("shortcuts", "Keyboard shortcuts", s.shortcuts, (Place("help", "help", 0),),
+                   "F1", "Every key the window knows", keys_in_tip=True),
+        ActionSpec("about", "About Decoding Lab", s.about, (Place("help", "help", 1),),
+                   tip="Versions and licences"),
+    ]  # fmt: skip
+
+
 def _unique(keys: list[QKeySequence]) -> list[QKeySequence]:
     seen: list[QKeySequence] = []
     for k in keys:
@@ -73,146 +124,96 @@ def _unique(keys: list[QKeySequence]) -> list[QKeySequence]:
     return seen
 
 
-def build_actions(w: MainWindow) -> Actions:
-    def action(text: str, keys: Keys, tip: str, slot: Callable[[], object]) -> QAction:
-        a = QAction(text, w)
-        if keys is not None:
-            if isinstance(keys, list):
-                a.setShortcuts(_unique(keys))
-            else:
-                a.setShortcut(QKeySequence(keys))
-            shown = a.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
-            a.setToolTip(f"{tip} ({shown})")
+def make_action(spec: ActionSpec, owner: QWidget) -> QAction:
+    a = QAction(spec.text, owner)
+    keys: Keys = spec.keys
+    if keys is not None:
+        if isinstance(keys, list):
+            a.setShortcuts(_unique(keys))
         else:
-            a.setToolTip(tip)
-        a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        a.triggered.connect(slot)
-        w.addAction(a)
-        return a
-
-    zoom_in_keys, zoom_out_keys, zoom_reset_keys = zoom_keys()
-    acts = Actions(
-        generate=action("Generate", "Ctrl+Return", "Start a new run from the prompt", w.generate),
-        stop=action("Stop", "Esc", "Stop after the current token", w.stop),
-        step=action("Step", "Ctrl+Right", "Generate exactly one more token", w.step_once),
-        continue_=action(
-            "Continue", "Ctrl+Shift+Return", "Carry on from where the run stopped", w.continue_run
-        ),
-        undo=action(
-            "Undo choice",
-            "Alt+Backspace",
-            "Go back to the text before your last token choice",
-            w.undo,
-        ),  # fmt: skip
-        redo=action("Redo choice", "Alt+Shift+Backspace", "Take the undone choice again", w.redo),
-        clear=action("Clear", "Ctrl+L", "Clear the output and the plots", w.clear_output),
-        theme=action("Dark theme", "Ctrl+T", "Switch between light and dark", w.toggle_theme),
-        zoom_in=action(
-            "A+", zoom_in_keys, "Bigger text, plots included", lambda: w.set_zoom(w.font_pt + 1)
-        ),
-        zoom_out=action(
-            "A−",
-            zoom_out_keys,
-            "Smaller text, plots included",
-            lambda: w.set_zoom(w.font_pt - 1),
-        ),  # fmt: skip
-        zoom_reset=action(
-            "A", zoom_reset_keys, "Normal text size", lambda: w.set_zoom(BASE_FONT_PT)
-        ),
-        export_json=action(
-            "Export run as JSON…",
-            None,
-            "Prompt, model, settings and every step",
-            lambda: w.export("json"),
-        ),  # fmt: skip
-        export_csv=action(
-            "Export steps as CSV…", None, "One row per generated token", lambda: w.export("csv")
-        ),
-        export_png=action(
-            "Export plots as PNG…", None, "A picture of the plots", lambda: w.export("png")
-        ),
-        export_md=action(
-            "Export text as Markdown…", None, "The prompt and the output", lambda: w.export("md")
-        ),
-        quit=action("Quit", QKeySequence.StandardKey.Quit, "Close Decoding Lab", w.close),
-        served=action(
-            "Open served model…",
-            None,
-            "A model on vLLM, llama.cpp's llama-server, Ollama or SGLang",
-            lambda: w.open_served_dialog(),
-        ),  # fmt: skip
-        presentation=action(
-            "Presentation view",
-            "F5",
-            "For a projector: the output and the distribution fill the screen, big text",
-            lambda: w.set_presentation(not w.presenting),
-        ),  # fmt: skip
-        shortcuts=action(
-            "Keyboard shortcuts", "F1", "Every key the window knows", w.show_shortcuts
-        ),
-        about=action("About Decoding Lab", None, "Versions and licences", w.show_about),
-        picker=ModelPicker(),
-    )
-    acts.theme.setCheckable(True)
-    acts.presentation.setCheckable(True)
-    # short words on the toolbar buttons (the menus keep the full names)
-    acts.presentation.setIconText("Present")
-    acts.undo.setIconText("Undo")
-    acts.theme.setIconText("Dark")
-    acts.picker.setMaximumWidth(280)
-
-    tb = QToolBar("Main")
-    tb.setObjectName("main_toolbar")
-    tb.setMovable(False)
-    tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-    w.addToolBar(tb)
-    # shown in the normal view only (the presentation view keeps the run's buttons)
-    w.normal_only_actions = [tb.addWidget(QLabel(" Model ")), tb.addWidget(acts.picker),
-                             tb.addWidget(acts.picker.weights)]  # fmt: skip
-    w.normal_only_actions.append(tb.addSeparator())
-    for a in (acts.generate, acts.stop, acts.step, acts.continue_, acts.undo, acts.clear):
-        tb.addAction(a)
-    tb.addSeparator()
-    tb.addAction(acts.presentation)
-    view = QToolBar("View")
-    view.setObjectName("view_toolbar")
-    view.setMovable(False)
-    view.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-    w.addToolBar(view)
-    w.view_toolbar = view
-    view.addAction(acts.theme)
-    for a in (acts.zoom_out, acts.zoom_reset, acts.zoom_in):
-        view.addAction(a)
-    view.addSeparator()
-    export = view.addAction("Export…")
-    export.setToolTip("Save the run: JSON, CSV, PNG or Markdown")
-    export.triggered.connect(lambda: w.export("json"))
-
-    file_menu = w.menuBar().addMenu("&File")
-    file_menu.addAction(acts.served)
-    file_menu.addSeparator()
-    for a in (acts.export_json, acts.export_csv, acts.export_png, acts.export_md):
-        file_menu.addAction(a)
-    file_menu.addSeparator()
-    file_menu.addAction(acts.quit)
-    edit_menu = w.menuBar().addMenu("&Edit")
-    for a in (acts.undo, acts.redo, acts.clear):
-        edit_menu.addAction(a)
-    view_menu = w.menuBar().addMenu("&View")
-    for a in (acts.presentation, acts.theme, acts.zoom_in, acts.zoom_out, acts.zoom_reset):
-        view_menu.addAction(a)
-    help_menu = w.menuBar().addMenu("&Help")
-    help_menu.addAction(acts.shortcuts)
-    help_menu.addAction(acts.about)
-    return acts
+            a.setShortcut(QKeySequence(keys))
+    tip = spec.tip
+    if keys is not None and spec.keys_in_tip:
+        tip = f"{tip} ({a.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})"
+    a.setToolTip(tip)
+    a.setCheckable(spec.checkable)
+    if spec.icon_text:
+        a.setIconText(spec.icon_text)
+    a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+    slot = spec.slot
+    a.triggered.connect(lambda _checked=False: slot())
+    owner.addAction(a)  # its keys work while the menu bar is hidden (presentation view)
+    return a
 
 
-def shortcuts_html(acts: Actions) -> str:
+@dataclass
+class Bars:
+    """What the shell keeps of the bars: the actions, the toolbars, and the toolbar entries
+    the presentation view hides (the model picker's)."""
+
+    table: ActionTable
+    toolbars: dict[str, QToolBar]
+    normal_only: list[QAction]
+
+
+def build_bars(
+    window: QMainWindow, specs: Iterable[ActionSpec], picker_widgets: list[QWidget]
+) -> Bars:
+    """Every action built once, then every menu and toolbar filled in its declared order."""
+    table = ActionTable()
+    placed: dict[str, dict[str, list[tuple[int, int, QAction]]]] = {}
+    for n, spec in enumerate(specs):
+        action = make_action(spec, window)
+        table.add(spec, action)
+        for place in spec.places:
+            placed.setdefault(place.where, {}).setdefault(place.section, []).append(
+                (place.order, n, action)
+            )
+    known = {bar.id: bar for bar in (*MENUS, *TOOLBARS)}
+    for where, sections in placed.items():
+        bar = known.get(where)
+        unknown = set(sections) - set(bar.sections) if bar else set(sections)
+        if unknown:
+            raise ValueError(f"actions placed in an unknown menu or section: {where} {unknown}")
+    for bar in MENUS:
+        menu = QMenu(bar.title, window)
+        if bar.object_name:
+            menu.setObjectName(bar.object_name)
+        window.menuBar().addMenu(menu)
+        _fill(menu, bar, placed.get(bar.id, {}))
+    toolbars, normal_only = {}, []
+    for bar in TOOLBARS:
+        tb = QToolBar(bar.title)
+        tb.setObjectName(bar.object_name)
+        tb.setMovable(False)
+        tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        window.addToolBar(tb)
+        toolbars[bar.id] = tb
+        if bar.id == "toolbar.main":  # shown in the normal view only
+            normal_only = [tb.addWidget(w) for w in picker_widgets]
+            normal_only.append(tb.addSeparator())
+        _fill(tb, bar, placed.get(bar.id, {}))
+    return Bars(table, toolbars, normal_only)
+
+
+def _fill(target: QMenu | QToolBar, bar: Bar, sections: dict[str, list]) -> None:
+    first = True
+    for name in bar.sections:
+        entries = sorted(sections.get(name, []), key=lambda e: (e[0], e[1]))
+        if not entries:
+            continue
+        if not first:
+            target.addSeparator()
+        first = False
+        for _order, _n, action in entries:
+            target.addAction(action)
+
+
+def shortcuts_html(table: ActionTable) -> str:
     """Every action with a key, and the keys that are not actions (a table for Help)."""
     rows = []
-    for name in Actions.__dataclass_fields__:
-        a = getattr(acts, name)
-        if not isinstance(a, QAction) or not a.shortcuts():
+    for _action_id, a in table.items():
+        if not a.shortcuts():
             continue
         keys = ", ".join(k.toString(QKeySequence.SequenceFormat.NativeText) for k in a.shortcuts())
         rows.append((a.text().replace("&", ""), keys))

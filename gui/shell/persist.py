@@ -1,17 +1,19 @@
 """What the window remembers: its settings (QSettings, one group per area, values not
 indices, a version key) and the autosave of the last run (nothing lost, even if the process is
 killed); and the run's exports. ``Persistence`` owns the settings store and the autosave's
-path; it never imports the window: ``PersistHost`` is what it reads and sets there."""
+path; it is given ``PersistNeeds``, never the window."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTimer
-from PySide6.QtWidgets import QFileDialog, QLabel, QPlainTextEdit, QSplitter, QWidget
+from PySide6.QtWidgets import QFileDialog, QSplitter
 
 from engine.classroom.export import write_atomic
 from engine.models.catalog import DEFAULT_MODEL
@@ -19,15 +21,14 @@ from engine.validate import InputError
 from engine.validate import autosave as autosave_io
 from engine.validate import settings as check
 from engine.validate.core import collector_paused
+from gui.common.token_pane import COLOR_BY_RANK
+from gui.core.session import Session
 from gui.models.picker import MAX_RECENTS
-from gui.run.token_pane import COLOR_BY_RANK
 from gui.shell.menus import BASE_FONT_PT
 
 if TYPE_CHECKING:
-    from engine.models.loading import ModelBundle
     from gui.controls.method_panel import MethodPanel
     from gui.controls.sampler_panel import SamplerPanel
-    from gui.core.store import RunStore
     from gui.models.picker import ModelPicker
     from gui.run.view import RunView
     from gui.shell.appearance import Appearance
@@ -46,13 +47,12 @@ def default_autosave_path() -> Path:
     return Path(base or Path.home() / ".decoding-lab") / "autosave.json"
 
 
-class PersistHost(Protocol):
-    """The window as its settings, autosave and exports see it."""
+@dataclass
+class PersistNeeds(Session):
+    """What the settings, the autosave and the exports read and set: the panels and areas
+    that have a state, and the window's geometry."""
 
-    bundle: ModelBundle | None
-    store: RunStore
     views: RunView
-    prompt: QPlainTextEdit
     prompt_box: PromptBox
     sampler: SamplerPanel
     method: MethodPanel
@@ -60,17 +60,13 @@ class PersistHost(Protocol):
     output: OutputBox
     plots: PlotArea
     splitter: QSplitter
-    status_text: QLabel
-
-    def saveGeometry(self) -> QByteArray: ...  # noqa: N802 - Qt's name
-    def restoreGeometry(self, geometry: QByteArray) -> bool: ...  # noqa: N802
-    def window(self) -> QWidget: ...  # a dialog's parent
-    def show_error(self, message: str) -> None: ...
+    geometry: Callable[[], QByteArray]
+    restore_geometry: Callable[[QByteArray], bool]
 
 
 class Persistence:
     def __init__(
-        self, host: PersistHost, appearance: Appearance, settings_store: QSettings,
+        self, host: PersistNeeds, appearance: Appearance, settings_store: QSettings,
         autosave_path: Path,
     ) -> None:  # fmt: skip
         self.host, self.appearance = host, appearance
@@ -79,7 +75,7 @@ class Persistence:
         self.blocked = False  # an autosave that could not be read nor moved aside: kept as is
         self.closing = False  # the window is closing: its last autosave is written by hand
         self.told_tree: object = None  # the tree whose being too large was told
-        self.timer = QTimer(host.window(), interval=AUTOSAVE_MS, singleShot=True)
+        self.timer = QTimer(host.parent, interval=AUTOSAVE_MS, singleShot=True)
         self.timer.timeout.connect(self.write_autosave)
 
     # -- settings -----------------------------------------------------------------------------
@@ -88,7 +84,7 @@ class Persistence:
         h, s = self.host, self.settings_store
         s.setValue("version", SETTINGS_VERSION)
         s.beginGroup("window")
-        s.setValue("geometry", h.saveGeometry())
+        s.setValue("geometry", h.geometry())
         s.setValue("splitter", h.splitter.saveState())
         s.setValue("theme", self.appearance.theme.name)
         s.setValue("zoom", self.appearance.font_pt)
@@ -101,7 +97,7 @@ class Persistence:
         s.setValue("dtype", h.picker.weights.dtype())
         s.endGroup()
         s.beginGroup("prompt")
-        s.setValue("text", h.prompt.toPlainText())
+        s.setValue("text", h.prompt_box.editor.toPlainText())
         if h.prompt_box.chat_choice is not None:
             s.setValue("chat_template", h.prompt_box.chat_choice)
         s.endGroup()
@@ -115,7 +111,7 @@ class Persistence:
         s.beginGroup("window")
         geometry = s.value("geometry")
         if geometry is not None:
-            h.restoreGeometry(geometry)
+            h.restore_geometry(geometry)
         splitter = s.value("splitter")
         if splitter is not None:
             h.splitter.restoreState(splitter)
@@ -133,7 +129,7 @@ class Persistence:
         h.picker.weights.select(check.text(s.value("dtype"), "auto"))
         s.endGroup()
         s.beginGroup("prompt")
-        h.prompt.setPlainText(check.text(s.value("text"), ""))
+        h.prompt_box.editor.setPlainText(check.text(s.value("text"), ""))
         chat = s.value("chat_template")  # the tick as it was left (a model does not change it)
         if chat is not None:
             h.prompt_box.choose_chat(_flag(chat, True))
@@ -166,7 +162,7 @@ class Persistence:
             return False
         h = self.host
         head = {
-            "editor_prompt": h.prompt.toPlainText(),
+            "editor_prompt": h.prompt_box.editor.toPlainText(),
             "model": h.bundle.source_key if h.bundle else "",
             "settings": h.sampler.settings().to_dict(),
             "saved_at": time.time(),
@@ -175,7 +171,7 @@ class Persistence:
             self.autosave_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.autosave_path, h.store.autosave_text(head), private=True)
         except OSError as exc:
-            h.status_text.setText(f"Could not autosave: {exc}")
+            h.say(f"Could not autosave: {exc}")
             return False
         self._tell_tree_left_out()
         return True
@@ -188,7 +184,7 @@ class Persistence:
         if tree is None or len(tree.nodes) <= MAX_NODES or self.told_tree is tree:
             return
         self.told_tree = tree
-        self.host.status_text.setText(
+        self.host.say(
             f"The tree has {len(tree.nodes) - 1:,} nodes, more than a tree file holds "
             f"({MAX_NODES:,}): the autosave keeps the run's path, not the other branches. "
             "Clear to start a new tree."
@@ -209,7 +205,7 @@ class Persistence:
             return False
         with collector_paused():
             change = h.store.restore_saved(saved)
-        h.prompt.setPlainText(saved.editor_prompt)
+        h.prompt_box.editor.setPlainText(saved.editor_prompt)
         h.sampler.set_settings(saved.settings)
         if h.prompt_box.chat_choice is None and (saved.steps or saved.tree is not None):
             h.prompt_box.choose_chat(saved.chat_template)  # the restored run's, as it was
@@ -219,7 +215,7 @@ class Persistence:
         self.timer.stop()
         h.views.apply(change, busy=False)
         if h.store.steps:
-            h.status_text.setText(
+            h.say(
                 f"Restored the last run ({len(h.store.steps)} tokens) from the autosave."
                 + (f" Its tree ({saved.tree_left_out:,} nodes) was too large to keep: only "
                    "the run's path came back." if saved.tree_left_out else "")
@@ -227,7 +223,7 @@ class Persistence:
         return True
 
     def _set_aside(self, exc: InputError) -> None:
-        say = self.host.status_text.setText
+        say = self.host.say
         try:
             copy = autosave_io.move_aside(self.autosave_path)
         except OSError as err:
@@ -254,7 +250,7 @@ class Persistence:
             return False
         if path is None:
             path, _ = QFileDialog.getSaveFileName(
-                h.window(), "Export", f"decoding-lab-run.{kind}", EXPORT_FILTERS[kind]
+                h.parent, "Export", f"decoding-lab-run.{kind}", EXPORT_FILTERS[kind]
             )
             if not path:
                 return False
@@ -273,7 +269,7 @@ class Persistence:
         except (OSError, ValueError) as exc:  # a full disk, a value a format cannot hold
             h.show_error(f"Could not export to {path}:\n{exc}")
             return False
-        h.status_text.setText(f"Exported {path}")
+        h.say(f"Exported {path}")
         return True
 
 

@@ -3,73 +3,66 @@ screen, the sampler becomes one strip of big sliders, everything else hides; eve
 least ``PRESENT_MIN_PT`` points and grows with the zoom (``gui.shell.appearance``).
 
 ``Presentation`` owns the switch: whether it is on, what it hides, and the normal view's split
-and top-N it gives back. It never imports the window: ``PresentationHost`` is what it uses."""
+and top-N it gives back. It is given ``PresentationNeeds``, never the window."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
-from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDockWidget,
     QMenuBar,
-    QPlainTextEdit,
     QSplitter,
-    QToolBar,
     QWidget,
 )
+
+from gui.common.theme import PRESENT_TOP_N
 
 if TYPE_CHECKING:
     from gui.controls.presenter_strip import PresenterStrip
     from gui.run.view import RunView
     from gui.shell.appearance import Appearance
-    from gui.shell.areas import OutputBox, PlotArea, StatusArea
-    from gui.shell.menus import Actions
+    from gui.shell.areas import OutputBox, PlotArea, PromptBox, StatusArea
+    from gui.shell.menus import Bars
 
-PRESENT_TOP_N = 8  # bars shown when the view opens (more labels at 20 pt do not fit 720 px)
 # The tabs' names when the full ones do not fit (at 20 pt, or a narrow plots column): short
 # enough that every one reads whole at 1280x720 (they were cut to "Distributi…", "Experim…");
 # the full name is the tab's tooltip.
 SHORT_TABS = {"Distribution": "Bars", "Beam tree": "Beams", "Experiments": "Lab"}
 
 
-class LessonDocks(Protocol):
-    lesson_dock: QDockWidget
-    guess_dock: QDockWidget
-
-
-class PresentationHost(Protocol):
-    """The window as the presentation view rearranges it."""
+@dataclass
+class PresentationNeeds:
+    """What the presentation view rearranges: the window's areas, the menu bar, the bars
+    and the lesson's docks (built after the parts: read when the view switches), and the
+    window as a widget (its width)."""
 
     left: QWidget
-    prompt_box: QWidget
-    prompt: QPlainTextEdit
+    prompt_box: PromptBox
     output: OutputBox
     plots: PlotArea
     status: StatusArea
     strip: PresenterStrip  # the presenter's sliders and the prompt's line
     splitter: QSplitter
     views: RunView
-    acts: Actions
-    view_toolbar: QToolBar
-    normal_only_actions: list[QAction]  # tool bar entries of the normal view only
-    classroom: LessonDocks
-
-    def menuBar(self) -> QMenuBar: ...  # noqa: N802 - Qt's name
-    def width(self) -> int: ...
+    menu_bar: QMenuBar
+    bars: Callable[[], Bars]
+    docks: Callable[[], tuple[QDockWidget, ...]]
+    parent: QWidget
 
 
 class Presentation(QObject):
-    def __init__(self, host: PresentationHost, appearance: Appearance) -> None:
+    def __init__(self, host: PresentationNeeds, appearance: Appearance) -> None:
         super().__init__()
         self.host, self.appearance = host, appearance
         self._normal_sizes: list[int] = []  # the normal view's split, given back on leaving
         self._normal_top_n: int | None = None  # and its number of bars
         self._tab_names: dict[QWidget, str] = {}  # each tab's full name
         self._watching = False  # the tab widget's size and font are watched (fit_tab_names)
-        if isinstance(host, QObject):  # once the window is built (gone with it)
-            QTimer.singleShot(0, host, self.fit_tab_names)
+        QTimer.singleShot(0, host.parent, self.fit_tab_names)  # once the window is built
         self._following = False  # the prompt line follows the editor
 
     @property
@@ -82,8 +75,8 @@ class Presentation(QObject):
         h = self.host
         box = h.plots.dist_box
         return [
-            h.left, h.prompt_box, h.plots.curves, h.menuBar(), h.view_toolbar, box.hint,
-            box.top_n_label, box.top_n, h.output.color_mode, h.status.model,
+            h.left, h.prompt_box, h.plots.curves, h.menu_bar, h.bars().toolbars["toolbar.view"],
+            box.hint, box.top_n_label, box.top_n, h.output.color_mode, h.status.model,
         ]  # fmt: skip
 
     def set_presentation(self, on: bool) -> None:
@@ -92,7 +85,7 @@ class Presentation(QObject):
         h = self.host
         self.appearance.presenting = on
         h.views.compact = on
-        h.acts.presentation.setChecked(on)
+        h.bars().table.presentation.setChecked(on)
         top_n = h.plots.dist_box.top_n
         if on:
             self._normal_sizes = h.splitter.sizes()
@@ -100,12 +93,12 @@ class Presentation(QObject):
             top_n.setValue(min(top_n.value(), PRESENT_TOP_N))
         for widget in self.hidden():
             widget.setVisible(not on)
-        for action in h.normal_only_actions:
+        for action in h.bars().normal_only:
             action.setVisible(not on)
-        for dock in (h.classroom.lesson_dock, h.classroom.guess_dock):
+        for dock in h.docks():
             # the panels carry their own big titles; a dock's small title bar would not
             dock.setTitleBarWidget(QWidget() if on else None)
-            dock.setMaximumWidth(int(h.width() * 0.3) if on else 16777215)
+            dock.setMaximumWidth(int(h.parent.width() * 0.3) if on else 16777215)
         h.strip.setVisible(on)
         h.plots.fit_curves(not on)
         h.plots.tree_view.set_compact(on)
@@ -119,7 +112,7 @@ class Presentation(QObject):
         self.appearance.apply_zoom(self.appearance.font_pt)
         h.views.redraw(busy=False)
         if on:
-            total = sum(h.splitter.sizes()) or h.width()
+            total = sum(h.splitter.sizes()) or h.parent.width()
             h.splitter.setSizes([0, total * 2 // 5, total * 3 // 5])
             if h.plots.tabs.currentWidget() is h.plots.compare_view:
                 h.plots.tabs.setCurrentIndex(0)
@@ -134,10 +127,10 @@ class Presentation(QObject):
         is hidden), cut at its start when long."""
         h = self.host
         if not self._following:
-            h.prompt.textChanged.connect(lambda: self._show_prompt(self.presenting))
+            h.prompt_box.editor.textChanged.connect(lambda: self._show_prompt(self.presenting))
             self._following = True
         if on:
-            h.strip.prompt_line.setText(" ".join(h.prompt.toPlainText().split()))
+            h.strip.prompt_line.setText(" ".join(h.prompt_box.editor.toPlainText().split()))
 
     def fit_tab_names(self) -> None:
         """Each tab's full name where they all fit the bar, else the short names (the full one

@@ -1,20 +1,15 @@
-"""MainWindow: builds the areas, wires widgets to the runner and the run store, and composes
-the parts that turn user actions into runner calls and own their state: the theme and zoom
-(gui.shell.appearance), the presentation view (gui.shell.presentation), settings, autosave and
-exports (gui.shell.persist), models (gui.models.actions), the run's buttons (gui.run.actions),
-lessons (gui.classroom.actions), the run tree, scoring and experiments. Each sees the window
-through a small
-protocol and never imports it; the window's public methods forward to them.
+"""MainWindow: the window's layout (the areas, ``_build_ui``), its own handlers of them, the
+public names the tests and the developer tools use, errors and closing. Everything else is a
+part, assembled in one place by ``gui.shell.compose``; no part is given the window.
 
-Records flow one way: engine -> worker -> run store -> views, the views redrawn by a 30 Hz
-timer, so the generation rate never drives the screen rate."""
+Records flow one way: engine -> worker -> run store -> views, the views redrawn by one 30 Hz
+display clock (``gui.common.clock``), so the generation rate never drives the screen rate."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -27,35 +22,16 @@ from PySide6.QtWidgets import (
 
 from engine.drivers.workbench import RunRequest
 from engine.models.loading import ModelBundle
-from engine.records import BEAMS, RunSummary, Step
-from engine.validate.served import unknown_ids_notice
-from gui.classroom.actions import Classroom
+from engine.records import Step
 from gui.common.theme import Theme
 from gui.controls.presenter_strip import PresenterStrip
 from gui.core.store import RunStore
 from gui.core.worker import EngineRunner
-from gui.experiments.actions import ExperimentActions
-from gui.inside.actions import InsideActions
-from gui.models.actions import ModelActions
-from gui.run.actions import TREE_METHODS, RunActions
-from gui.run.view import RunView
-from gui.score.actions import ScoreActions
-from gui.shell.appearance import Appearance, about_text
+from gui.models.picker import ModelPicker
+from gui.run.actions import TREE_METHODS
+from gui.shell.appearance import about_text
 from gui.shell.areas import ControlsColumn, OutputBox, PlotArea, PromptBox, StatusArea
-from gui.shell.menus import build_actions
-from gui.shell.persist import Persistence, default_autosave_path
-from gui.shell.presentation import Presentation
-from gui.tree.actions import TreeActions
-
-REDRAW_HZ = 30
-RUN_JOBS = ("generate", "step", "continue", "branch", "resume")
-STOP_REASONS = {
-    "eos": "the model ended its answer",
-    "max_new_tokens": "reached the token limit (Continue for more)",
-    "context": "the model's context is full",
-    "stopped": "stopped",
-    "grammar": "stopped by the grammar",
-}
+from gui.shell.compose import compose
 
 
 class MainWindow(QMainWindow):
@@ -73,45 +49,9 @@ class MainWindow(QMainWindow):
         self.runner = EngineRunner(self.store, self)
         self.last_error: str | None = None
         self._error_box: QMessageBox | None = None
-        self._after_idle: list[Callable[[], None]] = []
         self._closing = False
-        # the window's parts with their own state, each seeing the window through a protocol
-        self.appearance = Appearance(self)  # the theme and the zoom
-        self.presentation = Presentation(self, self.appearance)  # the F5 view
-        self.persistence = Persistence(
-            self, self.appearance, settings_store or QSettings("DecodingLab", "Decoding Lab"),
-            Path(autosave_path or default_autosave_path()),
-        )  # fmt: skip
-
         self._build_ui()
-        self.acts = build_actions(self)
-        self.picker = self.acts.picker
-        self.models = ModelActions(self)  # the loaded model, the picker, the draft model
-        self.run = RunActions(self)  # Generate, Step, Continue, Stop, Compare, Clear
-        self.classroom = Classroom(self)
-        self.classroom.build_menus()
-        self.appearance.on_text_size.append(self.classroom.set_text_size)
-        self.views = RunView(self.store, self.output, self.plots, self.method, self.rate_label)
-        self.experiments = ExperimentActions(
-            self, self.runner, self.views, self._request, self.status_text
-        )
-        self._wire()
-        self.score = ScoreActions(self)  # File > Score a text…, the Score view, branch here
-        self.inside = InsideActions(self)  # the Inside tab, the decision layers (issue 33)
-        self.appearance.on_look.append(self.score.apply_look)
-        initial = self.persistence.restore_state()
-        if self.settings_store.value("window/splitter") is None:  # first start: share it out
-            QTimer.singleShot(0, self.appearance.share_width)
-        self.timer = QTimer(self, interval=1000 // REDRAW_HZ, timeout=self.refresh)
-        self.timer.start()
-        self.prompt.textChanged.connect(self.persistence.changed)  # autosaved soon
-        self.sampler.settings_changed.connect(self.persistence.changed)
-        self.tree = TreeActions(self)  # the run tree: going to nodes, expanding, forks, files
-        self.open_tree = self.tree.open_tree  # also for lessons that open a prepared tree
-        self.restored_from_autosave = self.persistence.read_autosave()
-        self._update_buttons()
-        if autoload:
-            QTimer.singleShot(0, lambda: self.load_model(initial))
+        compose(self, settings_store, autosave_path, autoload)  # every part, in one place
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -144,6 +84,8 @@ class MainWindow(QMainWindow):
         column.addWidget(self.strip)
         column.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
+        self.picker = ModelPicker()
+        self.picker.setMaximumWidth(280)
         self.status = StatusArea(self.statusBar())
         self.model_label, self.busy_bar = self.status.model, self.status.busy
         self.status_text, self.rate_label = self.status.text, self.status.rate
@@ -154,21 +96,12 @@ class MainWindow(QMainWindow):
         else:
             self.resize(min(1720, int(area.width() * 0.96)), min(1000, int(area.height() * 0.94)))
 
-    def _wire(self) -> None:
-        r = self.runner
-        r.busy_changed.connect(self._on_busy)
-        r.progress.connect(self._on_progress)
-        r.fraction.connect(self._on_fraction)
-        r.failed.connect(self.show_error)
-        r.job_done.connect(self._on_job_done)
-        self.method.method_changed.connect(self._on_method_changed)
-        self.compare_view.run_requested.connect(self.run_comparison)
-        self.sampler.settings_changed.connect(r.send_settings)
-        self.sampler.pacing_changed.connect(r.set_pacing)
-        self.sampler.pacing_changed.connect(self._set_pacing_shown)
-        self.pane.token_clicked.connect(self.select_step)
-        self.dist.bar_clicked.connect(self.choose_token)
-        self.output.color_mode.currentIndexChanged.connect(self._set_color_mode)
+    @Slot(int, int)
+    def _bar_clicked(self, step_index: int, token_id: int) -> None:
+        if self.score.shows_scored_token():
+            self.score.branch_here(step_index, token_id)
+        else:
+            self.tree.choose_token(step_index, token_id)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -196,10 +129,6 @@ class MainWindow(QMainWindow):
     def steps(self) -> list[Step]:
         return self.store.steps
 
-    @property
-    def last_summary(self) -> RunSummary | None:
-        return self.store.summary
-
     def _request(self, new_seed: bool = True, limit: int | None = None) -> RunRequest:
         return self.run.request(new_seed, limit)
 
@@ -218,12 +147,6 @@ class MainWindow(QMainWindow):
 
     def load_draft(self, source: str) -> None:
         self.models.load_draft(source)
-
-    def open_served_dialog(self) -> None:
-        self.models.open_served_dialog()
-
-    def _on_model_loaded(self, bundle: ModelBundle) -> None:  # gui.devtools.bench hands one in here
-        self.models.adopt(bundle)
 
     # -- running (gui.run.actions; undo, redo and a chosen token: gui.tree.actions) ------------
 
@@ -262,11 +185,6 @@ class MainWindow(QMainWindow):
     def redo(self) -> None:
         self.tree.redo()
 
-    @Slot(int, int)
-    def choose_token(self, step_index: int, token_id: int) -> None:
-        """Force ``token_id`` at ``step_index`` and continue from there (a new branch)."""
-        self.tree.choose_token(step_index, token_id)
-
     @Slot(str)
     def _on_method_changed(self, method: str) -> None:
         self.views.update_legend(self.theme)
@@ -293,78 +211,16 @@ class MainWindow(QMainWindow):
             self.views.apply(change, busy=self.runner.busy)
             self.persistence.changed()
             if change.choices is not None or change.reset:
-                self._update_buttons()
+                self.update_actions()
 
     drain = refresh  # the name the tests and the benchmark use
-
-    @Slot(str)
-    def _on_progress(self, text: str) -> None:
-        self.status_text.setText(text)
-        if self.runner.job_name == "compare":
-            self.compare_view.set_progress(text)
-
-    @Slot(float)
-    def _on_fraction(self, fraction: float) -> None:
-        """A long step that knows how far it got (reading a long prompt): a filling bar."""
-        self.busy_bar.setRange(0, 1000)
-        self.busy_bar.setValue(round(1000 * min(1.0, max(0.0, fraction))))
-
-    @Slot(bool)
-    def _on_busy(self, busy: bool) -> None:
-        self.busy_bar.setRange(0, 0)  # busy, for as long as nothing says how far it got
-        self.busy_bar.setVisible(busy)
-        if not busy:
-            self.refresh()  # always flush, so the last token shows
-            self.views.redraw(busy=False)  # and every curve has its last point
-            queued, self._after_idle = self._after_idle, []
-            for fn in queued:
-                fn()
-        self._update_buttons()
-
-    def after_idle(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` once the current job has ended (at once when none runs)."""
-        if self.runner.busy:
-            self._after_idle.append(fn)
-        else:
-            fn()
-
-    def text_points(self) -> int:
-        return self.appearance.text_points()
 
     def show_score(self, text: str, prompt: str = "") -> None:
         self.score.show(text, prompt)  # gui.score.actions: scored off the GUI thread
 
-    @Slot(str)
-    def _on_job_done(self, name: str) -> None:
-        self.refresh()
-        self.classroom.job_done(name)
-        summary = self.store.summary
-        if name == "resume":
-            self.store.restored = False  # the engine holds this run now
-        if name in RUN_JOBS and summary is not None:
-            why = summary.ending or STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
-            notice = unknown_ids_notice(self.bundle)  # served ids the tokenizer lacks
-            self.status_text.setText(f"Done: {summary.tokens} tokens; {why}.{notice}")
-            self.run_finished.emit(summary)
-        elif name in ("undo", "redo"):
-            self.status_text.setText(f"{name.capitalize()}: {len(self.store.steps)} tokens.")
-        elif name == "compare":
-            self.status_text.setText(f"Compared {len(self.store.results)} methods.")
-            self.compare_view.set_progress(f"Done: {len(self.store.results)} methods compared.")
-
-    def _update_buttons(self) -> None:
-        busy, has_model = self.runner.busy, self.bundle is not None
-        a, store = self.acts, self.store
-        a.generate.setEnabled(not busy and has_model)
-        a.stop.setEnabled(busy)
-        a.step.setEnabled(not busy and has_model)
-        can_go_on = store.can_resume() or (
-            store.can_continue() and store.method not in BEAMS and not store.restored
-        )
-        a.continue_.setEnabled(not busy and can_go_on)
-        a.undo.setEnabled(not busy and store.can_undo())
-        a.redo.setEnabled(not busy and store.choices.can_redo)
-        a.clear.setEnabled(not busy)
+    def update_actions(self) -> None:
+        """Enable the actions as the run and the worker are now (each part said when)."""
+        self.acts.update()
 
     # -- errors -------------------------------------------------------------------------------
 
@@ -385,9 +241,6 @@ class MainWindow(QMainWindow):
 
     # -- looks: theme, zoom, the presentation view, Help (shell.appearance, shell.presentation) ---
 
-    def toggle_theme(self) -> None:
-        self.set_theme("dark" if self.theme.name == "light" else "light")
-
     def set_theme(self, name: str) -> None:
         self.appearance.apply_theme(name)
 
@@ -405,12 +258,6 @@ class MainWindow(QMainWindow):
     def about_text(self) -> str:
         return about_text()
 
-    def show_shortcuts(self) -> None:
-        self.appearance.show_shortcuts()
-
-    def show_about(self) -> None:
-        self.appearance.show_about()
-
     # -- files --------------------------------------------------------------------------------
 
     def export(self, kind: str, path: str | None = None) -> bool:
@@ -423,7 +270,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self._closing = True
-        self.timer.stop()
+        self.clock.stop()
         self.persistence.stop()
         self.refresh()
         self.autosave()

@@ -1,22 +1,25 @@
 """The run tree in the window: going to a node, the keys that move along the tree, taking an
 alternative on any path (a restored one too), expanding by probability as a job, next and
-previous fork, and tree files. The window creates one ``TreeActions`` and passes itself; this
-module never imports the window (it reads the attributes it names below)."""
+previous fork, and tree files. The composition root makes one ``TreeActions(TreeNeeds(...))``;
+it is never given the window."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
-from PySide6.QtCore import QObject, Slot
-from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
+from PySide6.QtCore import QObject, QSettings, Slot
+from PySide6.QtWidgets import QFileDialog, QInputDialog
 
 from engine.records import SAMPLING, ChoiceHistory
 from engine.tree import RunTree, TreeFormatError
 from engine.tree.options import ExpandOptions
+from gui.common.actions import ActionSpec
+from gui.core.session import Session
 from gui.core.tree_track import path_copy
+from gui.tree.menu import tree_specs
 from gui.tree.rows import path_percent
 from gui.tree.trees import TreeList
 
@@ -24,9 +27,26 @@ FORK_BELOW, FORK_BITS = 0.5, 3.0  # a fork: the chosen token below 50 %, or abov
 TREE_FILTER = "Decoding Lab tree (*.json)"
 
 
+@dataclass
+class TreeNeeds(Session):
+    """What the run tree is given: its tab and the panels a node's path is shown in, the
+    settings (fork thresholds), and the window's calls it moves the run with."""
+
+    plots: Any  # gui.shell.areas.PlotArea: the Tree tab
+    pane: Any  # the output's TokenPane
+    views: Any  # gui.run.view.RunView
+    prompt_box: Any  # gui.shell.areas.PromptBox
+    sampler: Any  # gui.controls.sampler_panel.SamplerPanel
+    settings_store: QSettings
+    request: Callable[..., Any]  # the panels' RunRequest (gui.run.actions.RunActions.request)
+    select_step: Callable[[int], None]
+    refresh: Callable[[], None]  # records on their way drawn first
+    update_actions: Callable[[], None]
+
+
 class TreeActions(QObject):
-    def __init__(self, w: Any) -> None:
-        super().__init__(w)
+    def __init__(self, w: TreeNeeds) -> None:
+        super().__init__(w.parent)
         self.w, self.store, self.runner = w, w.store, w.runner
         self.view = w.plots.tree_view
         self.options = ExpandOptions()
@@ -42,57 +62,18 @@ class TreeActions(QObject):
         self.view.node_clicked.connect(self.goto)
         self.view.expand_requested.connect(self.ask_expand)
         self.view.fork_requested.connect(self.fork)
-        w.timer.timeout.connect(self.redraw)
         self.runner.job_done.connect(self._job_done)
-        self._build_menus()
+        self.trees = TreeList(w, self.open_tree)  # Tree > Trees…, Undo after Clear
 
-    def _build_menus(self) -> None:
-        w = self.w
-        bar = w.menuBar()
-        menu = QMenu("&Tree", w)
-        help_menu = next((a for a in bar.actions() if a.text() == "&Help"), None)
-        if help_menu is not None:
-            bar.insertMenu(help_menu, menu)
-        else:
-            bar.addMenu(menu)
-
-        def add(text: str, keys: str | None, slot: Any, tip: str) -> QAction:
-            a = QAction(text, w)
-            if keys:
-                a.setShortcut(QKeySequence(keys))
-            a.setToolTip(tip)
-            a.triggered.connect(slot)
-            menu.addAction(a)
-            w.addAction(a)
-            return a
-
-        self.expand_act = add("Expand from here…", "Ctrl+E", self.ask_expand,
-                              "Grow the likely continuations of the node you stand on")  # fmt: skip
-        add("Next fork", "F8", lambda: self.fork(True), "The next step where the model hesitated")
-        add("Previous fork", "Shift+F8", lambda: self.fork(False), "The previous such step")
-        add("Fork thresholds…", None, self.ask_thresholds, "What counts as a fork")
-        menu.addSeparator()
-        add("Go to the prompt", None, lambda: self.goto(0), "The tree's root: the prompt")
-        add("Most likely branch", None, lambda: self.view.go_to_extreme(True),
-            "The leaf whose whole path is the most likely")  # fmt: skip
-        add("Least likely branch", None, lambda: self.view.go_to_extreme(False),
-            "The leaf whose whole path is the least likely")  # fmt: skip
-        for text, keys, move in (("Go to parent", "Alt+Left", "parent"),
-                                 ("Go to child", "Alt+Right", "child"),
-                                 ("Next sibling", "Alt+Down", "next"),
-                                 ("Previous sibling", "Alt+Up", "previous")):  # fmt: skip
-            add(text, keys, lambda _=False, m=move: self.move(m), f"Move along the tree: {text}")
-        menu.addSeparator()
-        self.save_act = add("Save tree…", None, lambda: self.save_tree(), "Every branch, as JSON")
-        self.open_act = add("Open tree…", None, lambda: self.open_tree_file(), "A saved tree")
-        self.trees = TreeList(w, self.open_tree, menu)  # Tree > Trees…, Undo after Clear
-        file_menu = w.menuBar().actions()[0].menu()
-        if file_menu is not None:  # the File menu offers them too, before Quit
-            last = file_menu.actions()[-1]
-            file_menu.insertActions(last, [self.open_act, self.save_act])
-            file_menu.insertSeparator(last)
+    def action_specs(self) -> list[ActionSpec]:
+        """The Tree menu, Open / Save tree in File too, and Edit's Undo / Redo choice."""
+        return tree_specs(self)
 
     # -- drawing -------------------------------------------------------------------------------
+
+    def tick(self, _busy: bool) -> None:  # the display clock
+        self.redraw()
+        self.trees.report()
 
     @Slot()
     def redraw(self, force: bool = False) -> None:
@@ -126,9 +107,9 @@ class TreeActions(QObject):
         if not store.steps:  # at the prompt: the next Step starts a run there
             self.runner.forget_run()
         w.views.apply(change, busy=False)
-        w._update_buttons()
+        w.update_actions()
         self.redraw(force=True)
-        w.status_text.setText(f"At node {nid}: {len(store.steps)} tokens. Continue, Step or "
+        w.say(f"At node {nid}: {len(store.steps)} tokens. Continue, Step or "
                               "click a bar to go on from here.")  # fmt: skip
 
     @Slot(str)
@@ -195,11 +176,11 @@ class TreeActions(QObject):
         else:
             ok = self.runner.branch(step_index, token_id, settings, limit)
         if ok:
-            w.status_text.setText(f"Chose another token at step {step_index + 1}; continuing…")
+            w.say(f"Chose another token at step {step_index + 1}; continuing…")
 
     def _request(self) -> Any:
         run = self.store.run
-        return replace(self.w._request(new_seed=False), prompt=run.prompt,
+        return replace(self.w.request(new_seed=False), prompt=run.prompt,
                        chat_template=run.chat_template, method=SAMPLING)  # fmt: skip
 
     @Slot(str)
@@ -213,7 +194,7 @@ class TreeActions(QObject):
     def ask_expand(self) -> None:
         from gui.tree.expand_dialog import ExpandDialog
 
-        dialog = ExpandDialog(self.w, self.options, self.describe_start())
+        dialog = ExpandDialog(self.w.parent, self.options, self.describe_start())
         if dialog.exec() == ExpandDialog.DialogCode.Accepted:
             self.options = dialog.options()
             self.expand(self.options)
@@ -237,7 +218,7 @@ class TreeActions(QObject):
             return False
         w.refresh()
         if store.tree is None:  # no run yet: expand the prompt in the editor
-            prompt = w.prompt.toPlainText()
+            prompt = w.prompt_box.editor.toPlainText()
             if not prompt.strip():
                 w.show_error("The prompt is empty: type something to expand.")
                 return False
@@ -274,10 +255,10 @@ class TreeActions(QObject):
             self.redraw(force=True)
             stopped = " (stopped)" if stats.stopped else ""
             budget = f"; stopped at the node budget of {stats.budget:,}" if stats.limited else ""
-            w.status_text.setText(f"Expanded{stopped}: {added} nodes added in "
+            w.say(f"Expanded{stopped}: {added} nodes added in "
                                   f"{stats.forwards} forward passes{budget}.")  # fmt: skip
 
-        w.tabs.setCurrentWidget(self.view)
+        w.plots.tabs.setCurrentWidget(self.view)
         return self.runner.job("expand", work, done)
 
     # -- forks -------------------------------------------------------------------------------
@@ -294,12 +275,12 @@ class TreeActions(QObject):
         found = tree.find_fork(start, path[-1], forward, self.fork_below, self.fork_bits)
         rule = f"below {self.fork_below:.0%} or above {self.fork_bits:g} bits"
         if found is None:
-            w.status_text.setText(f"No {'next' if forward else 'previous'} fork ({rule}).")
+            w.say(f"No {'next' if forward else 'previous'} fork ({rule}).")
             return
         node = tree.nodes[found]
         w.select_step(node.depth - 1)
         w.pane.show_step(node.depth - 1)  # the token in view, the class sees where it is
-        w.status_text.setText(
+        w.say(
             f"Fork at step {node.depth}: {node.text!r} {node.raw_prob:.0%}, entropy "
             f"{node.entropy_raw:.2f} bits ({rule}). Click a bar to branch here."
         )
@@ -307,14 +288,15 @@ class TreeActions(QObject):
     @Slot()
     def ask_thresholds(self) -> None:
         below, ok = QInputDialog.getDouble(
-            self.w, "Fork thresholds", "A fork: the chosen token's probability below (%)",
+            self.w.parent, "Fork thresholds", "A fork: the chosen token's probability below (%)",
             self.fork_below * 100, 0.0, 100.0, 1,
         )  # fmt: skip
         if not ok:
             return
         bits, ok = QInputDialog.getDouble(
-            self.w, "Fork thresholds", "…or the entropy above (bits)", self.fork_bits, 0.0, 64.0, 2
-        )
+            self.w.parent, "Fork thresholds", "…or the entropy above (bits)", self.fork_bits,
+            0.0, 64.0, 2,
+        )  # fmt: skip
         if ok:
             self.set_thresholds(below / 100, bits)
 
@@ -341,11 +323,11 @@ class TreeActions(QObject):
         w.views.apply(self.store.adopt_tree(tree, chat), busy=False)
         w.prompt_box.choose_chat(chat)
         if tree.nodes[0].text:
-            w.prompt.setPlainText(tree.nodes[0].text)
-        w.tabs.setCurrentWidget(self.view)
-        w._update_buttons()
+            w.prompt_box.editor.setPlainText(tree.nodes[0].text)
+        w.plots.tabs.setCurrentWidget(self.view)
+        w.update_actions()
         self.redraw(force=True)
-        w.status_text.setText(f"Opened a tree of {len(tree.nodes) - 1} nodes.")
+        w.say(f"Opened a tree of {len(tree.nodes) - 1} nodes.")
 
     def open_tree_file(self, path: str | None = None) -> bool:
         from engine.validate import InputError
@@ -354,7 +336,7 @@ class TreeActions(QObject):
         from engine.validate.limits import MAX_RUN_FILE_BYTES
 
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(self.w, "Open tree", "", TREE_FILTER)
+            path, _ = QFileDialog.getOpenFileName(self.w.parent, "Open tree", "", TREE_FILTER)
             if not path:
                 return False
         try:  # the file is only read: one that fails is left as it is
@@ -383,7 +365,9 @@ class TreeActions(QObject):
             self.w.show_error("There is no tree yet: generate or expand first.")
             return False
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(self.w, "Save tree", "tree.json", TREE_FILTER)
+            path, _ = QFileDialog.getSaveFileName(
+                self.w.parent, "Save tree", "tree.json", TREE_FILTER
+            )
             if not path:
                 return False
         data = tree.to_json()
@@ -397,7 +381,7 @@ class TreeActions(QObject):
         except (OSError, ValueError) as exc:
             self.w.show_error(f"Could not save the tree to {path}:\n{exc}")
             return False
-        self.w.status_text.setText(f"Saved the tree ({len(tree.nodes) - 1} nodes) to {path}")
+        self.w.say(f"Saved the tree ({len(tree.nodes) - 1} nodes) to {path}")
         return True
 
 

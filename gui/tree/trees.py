@@ -5,27 +5,21 @@ the window; it opens a tree through the tree controller (``gui.tree.actions``)."
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Slot
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QMenu
 
 from engine.validate.limits import MAX_SESSION_TREES
+from gui.core.session import Session
 from gui.core.tree_shelf import KeptTree
 from gui.tree.trees_dialog import TreeRow, TreesDialog, one_line
 
 
 class TreeList(QObject):
-    def __init__(self, w: Any, open_tree: Any, menu: QMenu) -> None:
-        super().__init__(w)
+    def __init__(self, w: Session, open_tree: Callable[..., None]) -> None:
+        super().__init__(w.parent)
         self.w, self.store, self._open_tree = w, w.store, open_tree
-        self.action = QAction("Trees…", w)
-        self.action.setToolTip("Every tree of this session: open one to go on with it")
-        self.action.triggered.connect(self.ask)
-        menu.addAction(self.action)
         self.dialog: TreesDialog | None = None  # the one open (tests reach it)
-        w.timer.timeout.connect(self._report)
 
     def entries(self) -> list[KeptTree | None]:
         """None for the tree open now (first, when it has nodes), then the kept ones, newest
@@ -48,9 +42,9 @@ class TreeList(QObject):
     def ask(self) -> None:
         entries = self.entries()
         if not entries:
-            self.w.status_text.setText("No tree yet: generate or expand first.")
+            self.w.say("No tree yet: generate or expand first.")
             return
-        self.dialog = TreesDialog(self.w, self.rows())
+        self.dialog = TreesDialog(self.w.parent, self.rows())
         try:
             if self.dialog.exec() != TreesDialog.DialogCode.Accepted:
                 return
@@ -71,17 +65,17 @@ class TreeList(QObject):
         if cleared is None or self.store.tree is not None:
             return False
         self.open(cleared)
-        self.w.status_text.setText("Undo: the cleared tree is back.")
+        self.w.say("Undo: the cleared tree is back.")
         return True
 
-    @Slot()
-    def _report(self) -> None:
+    def report(self) -> None:
+        """On the display clock: say when the bound dropped the oldest trees."""
         dropped = self.store.track.shelf.dropped
         if not dropped:
             return
         names = "; ".join(f"“{one_line(e.tree.nodes[0].text, 40)}” ({len(e.tree.nodes) - 1} "
                           "nodes)" for e in dropped)  # fmt: skip
         dropped.clear()
-        self.w.status_text.setText(
+        self.w.say(
             f"The list of trees keeps the last {MAX_SESSION_TREES}: dropped the oldest, {names}."
         )

@@ -161,7 +161,7 @@ def first(t: Teacher) -> None:
         OUT["expand_from"] = d.start.text()
 
     t.in_dialog(three_by_three)
-    t.job(w.tree.expand_act.trigger, "expand")  # 3. Tree > Expand 3 deep x 3 children
+    t.job(w.acts.expand.trigger, "expand")  # 3. Tree > Expand 3 deep x 3 children
     tree = w.store.tree
     OUT["nodes"] = len(tree.nodes) - 1
     t.shoot("tree-normal")
@@ -216,7 +216,7 @@ def score(t: Teacher) -> None:
             d.context.setText(c)
 
         t.in_dialog(fill)
-        t.job(w.score.action.trigger, "score")
+        t.job(w.acts.score_text.trigger, "score")
         s = w.score.score
         pick = w.score.selected
         info = w.plots.dist_box.info.text()
@@ -258,7 +258,7 @@ def sweep(t: Teacher) -> None:
         said["values"] = d.values.text()
 
     t.in_dialog(look)
-    t.job(w.experiments.sweep_action.trigger, "sweep")
+    t.job(w.acts.sweep.trigger, "sweep")
     view = w.plots.experiments.sweep
     assert wait(t.app, lambda: len(view.rows) > 0, 10), "no sweep rows"
     settle(t.app)
@@ -338,11 +338,11 @@ def second(t: Teacher, before: dict[str, Any]) -> None:
         t.shoot("trees-list-normal")
 
     t.in_dialog(look, accept=False)
-    w.tree.trees.action.trigger()
+    w.acts.trees.trigger()
     w.acts.presentation.trigger()
     settle(t.app, 1.0)
     t.in_dialog(lambda _d: t.shoot("trees-list-presentation"), accept=False)
-    w.tree.trees.action.trigger()
+    w.acts.trees.trigger()
     w.acts.presentation.trigger()
     settle(t.app, 1.0)
     t.click(w.prompt_box.chat_template)  # unticked again: the old tree comes back

@@ -14,7 +14,7 @@ import torch
 from conftest import load, run
 from transformers import BertConfig, BertForMaskedLM, ByT5Tokenizer, LlamaConfig, LlamaForCausalLM
 
-from gui.shell.app import Heartbeat
+from gui.devtools.harness import Heartbeat
 from gui.shell.window import MainWindow
 
 ROOT = Path(__file__).resolve().parents[2]

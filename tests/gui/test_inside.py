@@ -10,7 +10,7 @@ import pytest
 from conftest import load, run
 
 from engine.internals.inspect import decision_strip, inspect_step, path_for
-from gui.run.token_pane import COLOR_BY_DECISION
+from gui.common.token_pane import COLOR_BY_DECISION
 
 
 @pytest.fixture

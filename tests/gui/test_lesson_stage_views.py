@@ -1,5 +1,5 @@
 """Lesson stages that open a prepared tree or score a text, in the window
-(``window.open_tree(tree)``, ``window.show_score(text, prompt)``): most tests put recorders in
+(``window.tree.open_tree(tree)``, ``window.score.show(text, prompt)``): most tests put recorders in
 their place; one opens the shipped tree in the window's own tree view."""
 
 import pytest
@@ -19,15 +19,15 @@ def _multiverse_stages():
 def quiet(window, monkeypatch):
     """No model loads, and errors are recorded instead of shown."""
     errors: list[str] = []
-    monkeypatch.setattr(window, "load_model", lambda *_a, **_k: None)
+    monkeypatch.setattr(window.models, "load_model", lambda *_a, **_k: None)
     monkeypatch.setattr(window, "show_error", errors.append)
     return errors
 
 
 def test_tree_and_score_stages_call_the_windows_views(qtbot, window, monkeypatch, quiet):
     trees, scores = [], []
-    monkeypatch.setattr(window, "open_tree", trees.append, raising=False)
-    monkeypatch.setattr(window, "show_score", lambda t, p="": scores.append((t, p)), raising=False)
+    monkeypatch.setattr(window.tree, "open_tree", trees.append)
+    monkeypatch.setattr(window.score, "show", lambda t, p="": scores.append((t, p)))
     seen = {ACTION_TREE: 0, ACTION_SCORE: 0}
     for lesson in {id(les): les for les, _i, _s in _multiverse_stages()}.values():
         calls = len(trees) + len(scores)
@@ -62,7 +62,7 @@ def test_a_tree_file_broken_after_loading_is_one_error_message(
     from engine.classroom import lesson_files
 
     opened = []
-    monkeypatch.setattr(window, "open_tree", opened.append, raising=False)
+    monkeypatch.setattr(window.tree, "open_tree", opened.append)
     lesson, i, stage = next(s for s in _multiverse_stages() if s[2].action == ACTION_TREE)
     (tmp_path / "trees").mkdir()
     (tmp_path / stage.tree_file).write_text('{"format": "something else"}', encoding="utf-8")
@@ -89,18 +89,18 @@ def test_a_stage_that_loads_its_model_scores_once_the_load_is_done(qtbot, window
     """The score view refuses while a job runs, so the stage waits for its model's load."""
     state = {"busy": False}
     monkeypatch.setattr(type(window.runner), "busy", property(lambda _r: state["busy"]))
-    monkeypatch.setattr(window, "load_model", lambda *_a: state.update(busy=True))
+    monkeypatch.setattr(window.models, "load_model", lambda *_a: state.update(busy=True))
     monkeypatch.setattr(window, "show_error", lambda m: pytest.fail(m))
     scores, trees = [], []
-    monkeypatch.setattr(window, "show_score", lambda t, p="": scores.append((t, p)), raising=False)
-    monkeypatch.setattr(window, "open_tree", trees.append, raising=False)
+    monkeypatch.setattr(window.score, "show", lambda t, p="": scores.append((t, p)))
+    monkeypatch.setattr(window.tree, "open_tree", trees.append)
     for action, calls in ((ACTION_SCORE, scores), (ACTION_TREE, trees)):
         lesson, i, stage = next(s for s in _multiverse_stages() if s[2].action == action)
         assert i == 0 and window.bundle is None  # so applying it starts loading the model
         window.classroom.open_lesson(lesson)
         assert state["busy"] and not calls
         state["busy"] = False
-        window._on_busy(False)  # the load job ended
+        window.jobs.on_busy(False)  # the load job ended
         if action == ACTION_SCORE:
             assert calls == [(stage.score_text, stage.prompt)]
         else:

@@ -14,8 +14,8 @@ from engine.classroom.lessons import (
 
 def test_every_shipped_lesson_stage_sets_the_window_up(qtbot, window, monkeypatch):
     loaded = []
-    monkeypatch.setattr(window, "load_model", loaded.append)  # no model loads in this test
-    monkeypatch.setattr(window, "load_draft", loaded.append)
+    monkeypatch.setattr(window.models, "load_model", loaded.append)  # no model loads in this test
+    monkeypatch.setattr(window.models, "load_draft", loaded.append)
     menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Lessons")
     titles = [a.text() for a in menu.actions()]
     lessons = bundled_lessons()
@@ -93,4 +93,4 @@ def test_share_a_run_as_a_web_page_from_the_window(qtbot, window, tiny_dir, tmp_
     page = path.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and "share me" in page
     assert "<script src" not in page  # self-contained
-    assert window.classroom.share_action in window.menuBar().actions()[0].menu().actions()
+    assert window.acts.share in window.menuBar().actions()[0].menu().actions()

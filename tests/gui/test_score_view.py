@@ -147,7 +147,7 @@ def test_nothing_to_score_is_refused(qtbot, window, tiny_dir):
 
 def test_file_menu_has_score_a_text(window):
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
-    assert window.score.action in file_menu.actions()
+    assert window.acts.score_text in file_menu.actions()
 
 
 def test_a_long_title_wraps_instead_of_widening_the_column(qtbot):

@@ -24,7 +24,13 @@ def test_self_test_from_the_source_tree(tmp_path):
     assert (tmp_path / "self-test.png").stat().st_size > 20000
     for name in ("presentation.png", "normal-1280.png"):
         assert (tmp_path / name).stat().st_size > 20000 and name in out.stdout
-    assert "all good" in (tmp_path / "self-test.log").read_text()
+    log = (tmp_path / "self-test.log").read_text()
+    assert "all good" in log
+    # what a teacher does first: the Inside tab reads a token, a web page, a lesson opens
+    for name in ("inside.png", "lesson.png"):
+        assert (tmp_path / name).stat().st_size > 20000 and name in out.stdout
+    assert (tmp_path / "run.html").stat().st_size > 1000
+    assert "Inside tab: read token" in log and "web page: run.html" in log and "lesson: " in log
 
 
 def test_about_lists_versions_and_model_licences(qtbot, window):

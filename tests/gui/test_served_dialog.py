@@ -253,7 +253,7 @@ def test_the_recents_keep_the_server_and_its_options_across_a_restart(
         return ServedDialog.DialogCode.Accepted
 
     monkeypatch.setattr(ServedDialog, "exec", accept)
-    again.open_served_dialog()
+    again.models.open_served_dialog()
     dialog = shown[0]
     assert dialog.kind.currentData() == "sglang" and dialog.raw.isChecked()
     assert dialog.url.text() == "http://gpu:30000" and dialog.model.text() == "m"

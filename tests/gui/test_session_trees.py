@@ -89,7 +89,7 @@ def test_the_list_keeps_the_last_twenty_and_says_which_it_dropped(qtbot, window)
     rows = window.tree.trees.rows()
     assert len(rows) == MAX_SESSION_TREES
     assert [r.prompt for r in rows] == [f"prompt {n}" for n in range(21, 1, -1)]
-    window.tree.trees._report()  # on the window's timer
+    window.tree.trees.report()  # on the display clock
     said = window.status_text.text()
     assert "last 20" in said and "prompt 0" in said and "prompt 1" in said
     assert not track.shelf.dropped

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import sys, tempfile, pathlib
-from gui.shell.app import isolated_window, make_app
+from gui.devtools.harness import isolated_window
+from gui.shell.app import make_app
 app = make_app()
 window = isolated_window(pathlib.Path(tempfile.mkdtemp()))
 app.processEvents()

@@ -258,7 +258,7 @@ def test_starting_each_method_on_smollm2_never_stalls_the_window(qtbot, window):
     remains is the worker holding the GIL for a forward pass (the TorchScript fast path keeps
     it for a whole token): 15-85 ms measured on a quiet 2-core EPYC, the same before and after
     the classroom changes (b4c819a, 76060ea and main measured side by side)."""
-    from gui.shell.app import Heartbeat
+    from gui.devtools.harness import Heartbeat
 
     with qtbot.waitSignal(window.runner.model_loaded, timeout=300000):
         window.load_model("smollm2-135m")

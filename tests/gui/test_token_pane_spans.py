@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from gui.run.token_pane import span_at
+from gui.common.token_pane import span_at
 
 
 def walk(spans: list[tuple[int, int]], position: int) -> int | None:

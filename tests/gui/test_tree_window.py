@@ -98,7 +98,7 @@ def test_restored_run_branches_with_the_whole_budget(qtbot, store, autosave, tin
     load(qtbot, second, tiny_dir)
     assert second.store.restored and second.steps == saved
     other = next(c.token_id for c in saved[-1].candidates if c.token_id != saved[-1].token_id)
-    run(qtbot, second, lambda: second.choose_token(5, other))  # the last step of a full run
+    run(qtbot, second, lambda: second.tree.choose_token(5, other))  # the last step of a full run
     assert second.last_error is None  # no "Generate first" modal
     steps = second.steps
     assert steps[:5] == saved[:5] and steps[5].token_id == other and steps[5].forced

@@ -7,7 +7,7 @@ import pytest
 from conftest import load, run
 
 from engine import GenerationSession
-from gui.run.token_pane import tooltip_html
+from gui.common.token_pane import tooltip_html
 from gui.shell.window import MainWindow
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"

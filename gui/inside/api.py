@@ -1,0 +1,3 @@
+"""What other parts may use of the Inside feature."""
+
+JOBS = ("inside", "decision strip", "attribution")  # the jobs that leave the Score view open
