@@ -145,7 +145,7 @@ class LensGrid(InsidePlot):
         text = (f"<b>Layer {layer}</b>: <code>{token}</code> {pct(float(lens.probs[layer, row]))}"
                 f"; KL to the output {lens.kl_bits[layer]:.2f} bits<br>this layer's top 5:"
                 f"<table>{top}</table>")  # fmt: skip
-        QToolTip.showText(self.mapToGlobal(self.mapFromScene(pos).toPoint()), text, self)
+        QToolTip.showText(self.mapToGlobal(self.mapFromScene(pos)), text, self)
 
 
 class KlPlot(InsidePlot):
@@ -257,6 +257,6 @@ class SourcePlot(InsidePlot):
         if 0 <= i < len(self.values):
             value = self.values[i]
             shown = f"{value:+.3f}" if self.signed else pct(float(value))
-            QToolTip.showText(self.mapToGlobal(self.mapFromScene(pos).toPoint()),
+            QToolTip.showText(self.mapToGlobal(self.mapFromScene(pos)),
                               f"{i + 1}. <code>{html.escape(repr(self.labels[i]))}</code>: "
                               f"{shown}", self)  # fmt: skip

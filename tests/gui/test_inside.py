@@ -140,3 +140,20 @@ def test_a_scored_text_is_coloured_by_decision_layer(qtbot, ran) -> None:
     assert [view.pane.decisions[i] for i in range(len(score.tokens))] == list(strip.decision)
     assert "Decided at layer" in view.legend.text()
     assert not window.pane.decisions  # the run's pane was not asked
+
+
+def test_hovering_the_lens_grid_shows_a_layers_numbers(qtbot, ran) -> None:
+    """A hover over a cell of the lens grid shows that layer's probability and top 5 (it raised
+    AttributeError on every move: QPoint has no toPoint)."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtWidgets import QToolTip
+
+    window, _ = ran
+    window.tabs.setCurrentWidget(window.inside.view)
+    settle(qtbot, window)
+    grid = window.inside.view.grid
+    qtbot.waitUntil(lambda: grid.lens is not None, timeout=5000)
+    vb = grid.plot.vb
+    for layer in (0, grid.lens.layers):  # pytest-qt fails the test on an error in the slot
+        grid.scene().sigMouseMoved.emit(vb.mapViewToScene(QPointF(layer, 0)))
+    assert "Layer" in QToolTip.text() and "top 5" in QToolTip.text()
