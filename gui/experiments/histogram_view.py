@@ -95,6 +95,7 @@ class HistogramView(QWidget):
         self.info.setWordWrap(True)
         self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.key = QLabel()
+        self.key.setWordWrap(True)  # the key wraps: at 20 pt one line made the tab 736 px wide
         self.plot = pg.PlotWidget()
         self.plot.setObjectName("histogram_plot")
         item = still_plot(self.plot)

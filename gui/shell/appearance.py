@@ -42,6 +42,7 @@ class AppearanceNeeds:
     splitter: QSplitter
     views: RunView
     clock: DisplayClock
+    size_controls: Callable[[int], None]  # the controls dock's width
     actions: Callable[[], ActionTable]  # built after the parts
     parent: QWidget
 
@@ -120,10 +121,11 @@ class Appearance:
         if self.presenting:
             return
         h = self.host
-        total = sum(h.splitter.sizes()) or h.parent.width()
+        total = sum(h.splitter.sizes()) + h.left.width() or h.parent.width()
         left = max(h.left.minimumWidth(), min(360, total // 4))
+        h.size_controls(left)
         rest = max(0, total - left)
-        h.splitter.setSizes([left, rest * 2 // 5, rest - rest * 2 // 5])
+        h.splitter.setSizes([rest * 2 // 5, rest - rest * 2 // 5])
 
     def show_shortcuts(self) -> None:
         box = QMessageBox(

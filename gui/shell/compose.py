@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtWidgets import QLabel
+from PySide6.QtWidgets import QDockWidget, QLabel
 
 from gui.classroom.actions import Classroom, ClassroomNeeds
 from gui.common.actions import ActionSpec
@@ -24,6 +24,7 @@ from gui.run.actions import RunActions, RunNeeds
 from gui.run.view import RunView
 from gui.score.actions import ScoreActions, ScoreNeeds
 from gui.shell.appearance import Appearance, AppearanceNeeds
+from gui.shell.help import Guides
 from gui.shell.jobs import JobStatus, JobStatusNeeds
 from gui.shell.menus import ShellSlots, build_bars, shell_specs
 from gui.shell.persist import Persistence, PersistNeeds, default_autosave_path
@@ -46,7 +47,7 @@ def compose(
     w.acts = w.bars.table
     wire(w)
     initial = w.persistence.restore_state()
-    if w.settings_store.value("window/splitter") is None:  # first start: share it out
+    if w.settings_store.value("window/panes") is None:  # first start: share it out
         QTimer.singleShot(0, w.appearance.share_width)
     w.clock.start()
     w.restored_from_autosave = w.persistence.read_autosave()
@@ -71,6 +72,9 @@ def build_shell(
     w.appearance = Appearance(AppearanceNeeds(
         left=w.left, prompt_box=w.prompt_box, pane=w.pane, plots=w.plots,
         splitter=w.splitter, views=w.views, clock=w.clock,
+        size_controls=lambda width: w.resizeDocks(
+            [w.controls_dock], [width], Qt.Orientation.Horizontal
+        ),
         actions=lambda: w.acts, parent=w,
     ))  # the theme and the zoom  # fmt: skip
     # What every part is given: never the window (gui.core.session).
@@ -88,7 +92,7 @@ def build_shell(
         Path(autosave_path or default_autosave_path()),
     )  # settings, the autosave, exports  # fmt: skip
     w.presentation = Presentation(PresentationNeeds(
-        left=w.left, prompt_box=w.prompt_box, output=w.output, plots=w.plots,
+        left=w.controls_dock, prompt_box=w.prompt_box, output=w.output, plots=w.plots,
         status=w.status, strip=w.strip, splitter=w.splitter, views=w.views,
         menu_bar=w.menuBar(), bars=lambda: w.bars,
         docks=lambda: (w.classroom.lesson_dock, w.classroom.guess_dock), parent=w,
@@ -134,7 +138,7 @@ def build_parts(w: MainWindow, session: Session) -> None:
     w.classroom = Classroom(given(
         ClassroomNeeds, views=w.views, prompt_box=w.prompt_box, sampler=w.sampler,
         method=w.method, plots=w.plots, output=w.output,
-        add_dock=lambda d: w.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, d),
+        add_dock=lambda d: add_beside_controls(w, d),
         tabify=w.tabifyDockWidget, load_model=lambda s: w.models.load_model(s),
         load_draft=lambda s: w.models.load_draft(s), step_once=w.run.step_once,
         export=w.export, show_score=lambda text, p: w.score.show(text, p),
@@ -151,6 +155,7 @@ def action_specs(w: MainWindow) -> list[ActionSpec]:
         toggle_presentation=lambda: w.set_presentation(not w.presenting),
         export=w.export, quit=w.close, shortcuts=w.appearance.show_shortcuts,
         about=w.appearance.show_about,
+        guide=Guides(w, w.appearance.text_points).open,  # Help > the guides, offline
     )  # fmt: skip
     parts = (w.models, w.run, w.classroom, w.experiments, w.score, w.tree)
     return [*shell_specs(slots), *(spec for part in parts for spec in part.action_specs())]
@@ -184,3 +189,10 @@ def wire(w: MainWindow) -> None:
                         w.experiments, w.inside, w.score, w.tree)  # fmt: skip
     w.run_finished.connect(w.inside.after_run)  # the Inside tab follows a run's end
     w.jobs.n.finished.append(w.classroom.job_done)  # a guess round's step
+
+
+def add_beside_controls(w: MainWindow, dock: QDockWidget) -> None:
+    """A lesson's or a guess round's dock: a tab beside the controls, not a column more (a
+    column more pushed the window to 1431 px on a 1280 px projector)."""
+    w.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
+    w.tabifyDockWidget(w.controls_dock, dock)

@@ -85,7 +85,7 @@ class Persistence:
         s.setValue("version", SETTINGS_VERSION)
         s.beginGroup("window")
         s.setValue("geometry", h.geometry())
-        s.setValue("splitter", h.splitter.saveState())
+        s.setValue("panes", h.splitter.saveState())  # the output and the plots (was "splitter")
         s.setValue("theme", self.appearance.theme.name)
         s.setValue("zoom", self.appearance.font_pt)
         s.setValue("color_mode", h.output.color_mode.currentData())
@@ -112,7 +112,7 @@ class Persistence:
         geometry = s.value("geometry")
         if geometry is not None:
             h.restore_geometry(geometry)
-        splitter = s.value("splitter")
+        splitter = s.value("panes")
         if splitter is not None:
             h.splitter.restoreState(splitter)
         # Raw values, checked by engine.validate.settings: Qt's own type= conversion raises on

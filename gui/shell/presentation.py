@@ -95,7 +95,7 @@ class Presentation(QObject):
             widget.setVisible(not on)
         for action in h.bars().normal_only:
             action.setVisible(not on)
-        for dock in h.docks():
+        for dock in h.docks():  # the lesson's and the guess round's, beside the hidden controls
             # the panels carry their own big titles; a dock's small title bar would not
             dock.setTitleBarWidget(QWidget() if on else None)
             dock.setMaximumWidth(int(h.parent.width() * 0.3) if on else 16777215)
@@ -113,7 +113,7 @@ class Presentation(QObject):
         h.views.redraw(busy=False)
         if on:
             total = sum(h.splitter.sizes()) or h.parent.width()
-            h.splitter.setSizes([0, total * 2 // 5, total * 3 // 5])
+            h.splitter.setSizes([total * 2 // 5, total * 3 // 5])
             if h.plots.tabs.currentWidget() is h.plots.compare_view:
                 h.plots.tabs.setCurrentIndex(0)
         else:

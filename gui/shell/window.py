@@ -13,6 +13,7 @@ from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QApplication,
+    QDockWidget,
     QMainWindow,
     QMessageBox,
     QSplitter,
@@ -71,10 +72,19 @@ class MainWindow(QMainWindow):
         self.dist, self.tabs = self.plots.dist_box.plot, self.plots.tabs
         self.beam_tree, self.compare_view = self.plots.beam_tree, self.plots.compare_view
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        for i, (widget, stretch) in enumerate(((self.left, 0), (middle, 2), (self.plots, 3))):
+        for i, (widget, stretch) in enumerate(((middle, 2), (self.plots, 3))):
             self.splitter.addWidget(widget)
             self.splitter.setStretchFactor(i, stretch)
-        self.splitter.setSizes([350, 550, 820])
+            self.splitter.setCollapsible(i, False)  # a drag never leaves a column at nothing
+        self.splitter.setSizes([550, 820])
+        # The controls in a dock of their own on the left: a lesson's and a guess round's docks
+        # open as tabs beside it (gui.shell.compose), so the window never grows past the screen.
+        self.controls_dock = QDockWidget("Controls", self)
+        self.controls_dock.setObjectName("controls_dock")
+        self.controls_dock.setWidget(self.left)
+        self.controls_dock.setFeatures(QDockWidget.DockWidgetFeature.NoDockWidgetFeatures)
+        self.controls_dock.setTitleBarWidget(QWidget())  # alone, no title; with others, a tab
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.controls_dock)
         self.strip = PresenterStrip(self.sampler)
         self.strip.hide()
         central = QWidget()

@@ -95,11 +95,11 @@ def test_tab_names_shorten_beside_a_narrow_plots_column(qtbot, window):
     tabs = window.plots.tabs
     bar = tabs.tabBar()
     window.resize(1280, 720)
-    window.splitter.setSizes([10, 10, 1260])  # a wide plots column: the full names
+    window.splitter.setSizes([20, 1260])  # a wide plots column: the full names
     full = [window.presentation._tab_names.get(tabs.widget(i)) for i in range(tabs.count())]
     assert "Distribution" in full and "Experiments" in full
     qtbot.waitUntil(lambda: [bar.tabText(i) for i in range(bar.count())] == full)
-    window.splitter.setSizes([800, 10, 470])  # a narrow one
+    window.splitter.setSizes([810, 470])  # a narrow one
     qtbot.waitUntil(lambda: bar.tabText(0) != full[0])
     for i in range(bar.count()):
         assert bar.tabRect(i).width() >= bar.tabSizeHint(i).width(), bar.tabText(i)
