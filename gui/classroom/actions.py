@@ -94,6 +94,7 @@ class Classroom:
         self.guess.reveal_requested.connect(self.step_for_guess)
         self.guess.revealed.connect(self.show_guesses)
         self._revealing = False
+        self._teacher: tuple[SamplerSettings, str, bool] | None = None
 
     def _dock(self, title: str, name: str, widget: object) -> QDockWidget:
         dock = QDockWidget(title, self.w.parent)
@@ -152,14 +153,27 @@ class Classroom:
         return True
 
     def open_lesson(self, lesson: Lesson) -> None:
+        if self._teacher is None:  # the teacher's own settings, given back when it ends
+            w = self.w
+            self._teacher = (w.sampler.settings(), w.method.current(),
+                             w.sampler.random_seed.isChecked())  # fmt: skip
         self.lesson_dock.show()
         self.lesson_dock.raise_()
         self.panel.set_font_size(self.w.looks.text_points())
         self.panel.set_lesson(lesson)  # emits stage_selected for the first stage
 
     def close_lesson(self) -> None:
+        """End the lesson: the sampler, the method and the seed's tick as the teacher had
+        them before it (a stage's greedy, 3-token settings stayed and the next Generate gave 3
+        tokens)."""
         self.stage, self.lost = None, []
         self.lesson_dock.hide()
+        if self._teacher is not None:
+            settings, method, random_seed = self._teacher
+            self._teacher = None
+            self.w.method.set_current(method)
+            self.w.sampler.set_settings(settings)
+            self.w.sampler.random_seed.setChecked(random_seed)
 
     def apply_stage(self, stage: LessonStage) -> None:
         """Set the window up as the stage says; the teacher then presses what it says."""

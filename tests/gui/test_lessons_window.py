@@ -94,3 +94,19 @@ def test_share_a_run_as_a_web_page_from_the_window(qtbot, window, tiny_dir, tmp_
     assert page.startswith("<!DOCTYPE html>") and "share me" in page
     assert "<script src" not in page  # self-contained
     assert window.acts.share in window.menuBar().actions()[0].menu().actions()
+
+
+def test_ending_a_lesson_gives_the_teacher_their_settings_back(qtbot, window, monkeypatch):
+    from engine.classroom.lessons import bundled_lessons
+
+    monkeypatch.setattr(window.models, "load_model", lambda *_a: None)
+    mine = window.sampler.settings().with_(temperature=0.9, top_k=50, top_p=0.95,
+                                           max_new_tokens=64)  # fmt: skip
+    window.sampler.set_settings(mine)
+    window.method.set_current("sampling")
+    lesson = bundled_lessons()[0]
+    window.classroom.open_lesson(lesson)
+    window.classroom.panel.go_to(len(lesson.stages) - 1)  # a stage's own settings on the panel
+    assert window.sampler.settings() != mine
+    window.classroom.close_lesson()
+    assert window.sampler.settings() == mine and window.method.current() == "sampling"
