@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTimer
-from PySide6.QtWidgets import QFileDialog, QSplitter
+from PySide6.QtGui import QPixmap
+from PySide6.QtWidgets import QFileDialog, QSplitter, QWidget
 
 from engine.classroom.export import write_atomic
 from engine.models.catalog import DEFAULT_MODEL
@@ -40,6 +41,27 @@ EXPORT_FILTERS = {
     "json": "JSON (*.json)", "csv": "CSV (*.csv)", "png": "PNG image (*.png)",
     "md": "Markdown (*.md)", "html": "Web page (*.html)",
 }  # fmt: skip
+
+
+SLIDE_WIDTH = 1920  # an exported picture of the plots is at least this wide (a slide, not a screen)
+
+
+def documents_folder() -> Path:
+    """Where a save dialog starts: the user's documents (not the program's own folder)."""
+    place = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    folder = Path(place) if place else Path.home()
+    return folder if folder.is_dir() else Path.home()
+
+
+def slide_picture(widget: QWidget) -> QPixmap:
+    """``widget`` drawn at a slide's resolution: its plots are painted again at a larger scale
+    (lines and text stay sharp), not a screen grab blown up."""
+    scale = max(1.0, SLIDE_WIDTH / max(1, widget.width()))
+    picture = QPixmap(widget.size() * scale)
+    picture.setDevicePixelRatio(scale)
+    picture.fill(widget.palette().window().color())
+    widget.render(picture)
+    return picture
 
 
 def default_autosave_path() -> Path:
@@ -249,15 +271,15 @@ class Persistence:
             h.show_error("Nothing to export yet: generate first.")
             return False
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(
-                h.parent, "Export", f"decoding-lab-run.{kind}", EXPORT_FILTERS[kind]
-            )
+            suggested = str(documents_folder() / f"decoding-lab-run.{kind}")
+            path, _ = QFileDialog.getSaveFileName(h.parent, "Export", suggested,
+                                                  EXPORT_FILTERS[kind])  # fmt: skip
             if not path:
                 return False
         try:
             if kind == "png":
                 tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
-                if not h.plots.grab().save(str(tmp), "PNG"):
+                if not slide_picture(h.plots).save(str(tmp), "PNG"):
                     raise OSError(f"could not write {path}")
                 tmp.replace(path)
             else:

@@ -333,3 +333,28 @@ def test_libraries_are_frozen_for_the_collector_but_models_are_not(qtbot, window
     load(qtbot, window, tiny_dir)  # a second load replaces the first model...
     gc.collect()
     assert model() is None  # ...which the collector can free
+
+
+def test_plots_export_at_a_slides_resolution_and_dialogs_start_in_documents(
+    qtbot, window, tiny_dir, tmp_path, monkeypatch
+):
+    """ "Export plots as PNG" wrote the screen's 597x610 grab, too coarse for a slide; the save
+    dialogs opened in the program's own folder."""
+    from PySide6.QtGui import QImage
+    from PySide6.QtWidgets import QFileDialog
+
+    from gui.shell.persist import SLIDE_WIDTH, documents_folder
+
+    load(qtbot, window, tiny_dir)
+    set_settings(window, max_new_tokens=3)
+    window.prompt.setPlainText("slide")
+    run(qtbot, window, window.generate)
+    assert window.export("png", str(tmp_path / "plots.png"))
+    image = QImage(str(tmp_path / "plots.png"))
+    assert image.width() >= SLIDE_WIDTH > window.plots.width()
+    asked: list[str] = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        lambda *a, **_k: (asked.append(a[2]), ("", ""))[1])  # fmt: skip
+    assert not window.export("json")
+    assert asked and asked[0].startswith(str(documents_folder()))
+    assert documents_folder().is_dir()
