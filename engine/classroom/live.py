@@ -272,14 +272,14 @@ class LiveRound:
             return len(self.answers)
 
     def tally(self) -> Counter:
-        """The open question's answers: guess text (case folded) or choice text -> students."""
+        """The open question's answers: guess text (case folded) or choice -> students."""
         with self.lock:
             q = self.question
             if q is None:
                 return Counter()
             if q.mode == GUESS:
                 return Counter(str(a).casefold() for a in self.answers.values())
-            return Counter(q.choices[int(a)].text for a in self.answers.values())
+            return Counter(q.choices[int(a)] for a in self.answers.values())
 
     def guesses(self) -> list[str]:
         """The distinct guesses to tokenise (guess mode)."""

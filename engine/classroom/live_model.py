@@ -33,8 +33,17 @@ def peek(bundle: Any, prompt: str, chat_template: bool, prefix: list[int] | tupl
     probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()  # [vocab]
     dist = Distribution(probs, {})
     tok = bundle.tokenizer
-    dist.texts = {c.token_id: tok.decode([c.token_id]) for c in dist.top(TEXTS_FOR_TOP)}
+    dist.texts = {c.token_id: token_text(tok, c.token_id) for c in dist.top(TEXTS_FOR_TOP)}
     return dist
+
+
+def token_text(tokenizer: Any, token_id: int) -> str:
+    """The token as the class reads it; a piece of a character (a byte that decodes to nothing
+    or to U+FFFD) by the tokenizer's own name for it."""
+    text = tokenizer.decode([token_id])
+    if not text or "\ufffd" in text:
+        text = str(tokenizer.convert_ids_to_tokens(token_id) or f"#{token_id}")
+    return text
 
 
 def _first_piece(tokenizer: Any, guess: str) -> int | None:
@@ -68,6 +77,6 @@ def guess_tokens(tokenizer: Any, dist: Distribution, guesses: list[str]) -> dict
         if found is None:
             found = _first_piece(tokenizer, guess)
         if found is not None and found not in dist.texts:
-            dist.texts[found] = tokenizer.decode([found])
+            dist.texts[found] = token_text(tokenizer, found)
         out[guess] = found
     return out

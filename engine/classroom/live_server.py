@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -51,6 +52,29 @@ MAX_SOCKETS = 400
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self' ws://{host}; base-uri 'none'; form-action 'none'; "
        "frame-ancestors 'none'")  # fmt: skip
+
+
+def lan_addresses() -> list[str]:
+    """This machine's IPv4 addresses the class can reach, the likeliest first (the one the
+    default route leaves by; no packet is sent), then 127.0.0.1 (this machine only)."""
+    found: list[str] = []
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("10.255.255.255", 1))
+        found.append(probe.getsockname()[0])
+    except OSError:
+        pass
+    finally:
+        probe.close()
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+    except OSError:
+        infos = []
+    for info in infos:
+        address = str(info[4][0])
+        if address not in found and not address.startswith("127."):
+            found.append(address)
+    return [a for a in found if not a.startswith("127.")] + ["127.0.0.1"]
 
 
 @dataclass

@@ -14,6 +14,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QDockWidget, QLabel
 
 from gui.classroom.actions import Classroom, ClassroomNeeds
+from gui.classroom.live_actions import LiveActions, LiveNeeds
 from gui.common.actions import ActionSpec
 from gui.common.clock import DisplayClock
 from gui.core.session import ModelSlot, Session
@@ -95,7 +96,8 @@ def build_shell(
         left=w.controls_dock, prompt_box=w.prompt_box, output=w.output, plots=w.plots,
         status=w.status, strip=w.strip, splitter=w.splitter, views=w.views,
         menu_bar=w.menuBar(), bars=lambda: w.bars,
-        docks=lambda: (w.classroom.lesson_dock, w.classroom.guess_dock), parent=w,
+        docks=lambda: (w.classroom.lesson_dock, w.classroom.guess_dock, w.live.dock),
+        parent=w,
     ), w.appearance)  # the F5 view  # fmt: skip
 
 
@@ -146,6 +148,10 @@ def build_parts(w: MainWindow, session: Session) -> None:
         prepare_experiment=w.experiments.prepare_stage,
         prepare_inside=w.inside.prepare_stage, inside_tab=w.inside.view,
     ))  # lessons, the guess round, the shared web page  # fmt: skip
+    w.live = LiveActions(given(
+        LiveNeeds, plots=w.plots, views=w.views, request=w.run.request,
+        step_once=w.run.step_once, add_dock=lambda d: add_beside_controls(w, d),
+    ))  # the live round: students answer from their phones  # fmt: skip
 
 
 def action_specs(w: MainWindow) -> list[ActionSpec]:
@@ -157,7 +163,7 @@ def action_specs(w: MainWindow) -> list[ActionSpec]:
         about=w.appearance.show_about,
         guide=Guides(w, w.appearance.text_points).open,  # Help > the guides, offline
     )  # fmt: skip
-    parts = (w.models, w.run, w.classroom, w.experiments, w.score, w.tree)
+    parts = (w.models, w.run, w.classroom, w.live, w.experiments, w.score, w.tree)
     return [*shell_specs(slots), *(spec for part in parts for spec in part.action_specs())]
 
 
@@ -186,9 +192,10 @@ def wire(w: MainWindow) -> None:
     # the views the display clock redraws, and tells of a new theme or text size
     p = w.plots
     w.clock.register(p.dist_box.plot, p.speed, p.entropy, p.beam_tree, w.classroom,
-                        w.experiments, w.inside, w.score, w.tree)  # fmt: skip
+                        w.experiments, w.inside, w.score, w.tree, w.live)  # fmt: skip
     w.run_finished.connect(w.inside.after_run)  # the Inside tab follows a run's end
     w.jobs.n.finished.append(w.classroom.job_done)  # a guess round's step
+    w.jobs.n.finished.append(w.live.job_done)  # a live round's reveal
 
 
 def add_beside_controls(w: MainWindow, dock: QDockWidget) -> None:

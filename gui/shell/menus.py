@@ -31,7 +31,7 @@ MENUS = (
     Bar("file", "&File", ("lesson", "served", "export", "tree", "quit")),
     Bar("edit", "&Edit", ("choice",)),
     Bar("view", "&View", ("looks",)),
-    Bar("lessons", "&Lessons", ("lessons", "guess"), "lessons_menu"),
+    Bar("lessons", "&Lessons", ("lessons", "guess", "live"), "lessons_menu"),
     Bar("experiments", "E&xperiments", ("step", "runs")),
     Bar("tree", "&Tree", ("moves", "go", "files")),
     Bar("help", "&Help", ("help",)),
