@@ -1,5 +1,5 @@
-"""Issue 34: the README's lesson table lists every shipped lesson (it stopped at 8 of 12), by
-its number, title and model, in the order the Lessons menu shows them."""
+"""The teacher's guide's lesson table lists every shipped lesson (it once stopped at 8 of 12),
+by its number, title and model, in the order the Lessons menu shows them."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 from engine.classroom.lessons import bundled_lessons
 from engine.models.catalog import list_bundled
 
-ROOT = Path(__file__).resolve().parents[1]
+GUIDE = Path(__file__).resolve().parents[1] / "resources" / "docs" / "teachers-guide.md"
 
 
 def table_rows() -> list[tuple[int, str, str]]:
     rows = []
-    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+    for line in GUIDE.read_text(encoding="utf-8").splitlines():
         m = re.match(r"\| (\d+) \| ([^|]+) \| ([^|]+) \|", line)
         if m:
             rows.append((int(m[1]), m[2].strip(), m[3].strip()))
