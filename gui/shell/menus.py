@@ -34,7 +34,7 @@ MENUS = (
     Bar("lessons", "&Lessons", ("lessons", "guess", "live"), "lessons_menu"),
     Bar("experiments", "E&xperiments", ("step", "runs")),
     Bar("tree", "&Tree", ("moves", "go", "files")),
-    Bar("help", "&Help", ("help",)),
+    Bar("help", "&Help", ("guides", "help")),
 )
 TOOLBARS = (
     # the model picker's widgets come first on the main toolbar (see build_bars)
@@ -74,6 +74,7 @@ class ShellSlots:
     quit: Callable[[], object]
     shortcuts: Callable[[], None]
     about: Callable[[], None]
+    guide: Callable[[str], None]  # opens a guide of resources/docs (gui.shell.help)
 
 
 def shell_specs(s: ShellSlots) -> list[ActionSpec]:
@@ -109,6 +110,12 @@ def shell_specs(s: ShellSlots) -> list[ActionSpec]:
                    tip="Save the run: JSON, CSV, PNG or Markdown"),
         ActionSpec("quit", "Quit", s.quit, (Place("file", "quit", 0),),
                    QKeySequence.StandardKey.Quit, "Close Decoding Lab", keys_in_tip=True),
+        ActionSpec("user_guide", "User guide", lambda: s.guide("user"),
+                   (Place("help", "guides", 0),),
+                   tip="The window part by part, the set-up and the models (offline)"),
+        ActionSpec("teachers_guide", "Teacher's guide", lambda: s.guide("teacher"),
+                   (Place("help", "guides", 1),),
+                   tip="Lessons, the presentation view, guess rounds, sharing, your own lesson"),
         ActionSpec("shortcuts", "Keyboard shortcuts", s.shortcuts, (Place("help", "help", 0),),
                    "F1", "Every key the window knows", keys_in_tip=True),
         ActionSpec("about", "About Decoding Lab", s.about, (Place("help", "help", 1),),
