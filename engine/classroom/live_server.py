@@ -187,6 +187,7 @@ class LiveServer:
         app.router.add_get("/ws", self._socket)
         for path in FILES:
             app.router.add_get(path, self._file)
+        app.router.add_get("/favicon.ico", lambda request: web.Response(status=204))
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False,
             max_line_size=REQUEST_MAX, max_field_size=REQUEST_MAX,
