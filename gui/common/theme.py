@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
+from gui.common.style import MarkedStyle
+
 
 @dataclass(frozen=True)
 class Theme:
@@ -82,32 +84,12 @@ def mix(low: str, high: str, t: float) -> QColor:
     )
 
 
-# Check boxes' and sliders' marks at least 3:1 against the window (WCAG 2.1 non-text
-# contrast): Fusion draws them from the window colour made darker, which on the dark theme is
-# black on dark grey and on the light one about 2:1.
-CONTROL_MARKS = {"light": ("#6b6b76", "#7a7a85"), "dark": ("#a4a4b0", "#8c8c99")}  # box, groove
-
-
-def control_style(theme: Theme) -> str:
-    """The style sheet for those marks (only check box indicators and slider parts)."""
-    box, groove = CONTROL_MARKS.get(theme.name, CONTROL_MARKS["light"])
-    return f"""
-QCheckBox::indicator {{ width: 14px; height: 14px; border: 2px solid {box};
-    border-radius: 3px; background: {theme.base}; }}
-QCheckBox::indicator:checked {{ background: {theme.accent}; border-color: {theme.accent};
-    image: none; }}
-QCheckBox::indicator:disabled {{ border-color: {theme.muted}; background: {theme.window}; }}
-QSlider::groove:horizontal {{ height: 6px; border-radius: 3px; background: {groove}; }}
-QSlider::sub-page:horizontal {{ border-radius: 3px; background: {theme.accent}; }}
-QSlider::handle:horizontal {{ width: 16px; margin: -6px 0; border-radius: 8px;
-    background: {theme.base}; border: 2px solid {box}; }}
-QSlider::handle:horizontal:focus {{ border-color: {theme.accent}; }}
-"""
-
-
 def apply_palette(app: QApplication, theme: Theme) -> None:
-    app.setStyle("Fusion")
-    app.setStyleSheet(control_style(theme))
+    style = app.style()
+    if not isinstance(style, MarkedStyle):
+        style = MarkedStyle()
+        app.setStyle(style)
+    style.theme = theme
     pal = QPalette()
     pal.setColor(QPalette.ColorRole.Window, QColor(theme.window))
     pal.setColor(QPalette.ColorRole.WindowText, QColor(theme.text))

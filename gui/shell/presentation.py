@@ -151,7 +151,7 @@ class Presentation(QObject):
             shown = SHORT_TABS.get(name, name) if short else name
             if tabs.tabText(i) != shown:
                 tabs.setTabText(i, shown)
-            tabs.setTabToolTip(i, name if short else "")
+            tabs.setTabToolTip(i, name)  # the full name, whether or not it is shortened
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
         if event.type() in (QEvent.Type.Resize, QEvent.Type.FontChange):
