@@ -47,6 +47,7 @@ import torch
 
 from engine.models.device import switched_off
 from engine.quant import native
+from engine.runtime.threads import governed, governed_step
 from engine.step.fast_spec import (  # noqa: F401 - re-exported: the fast path's public names
     ACT_SILU,
     DOWN_B,
@@ -309,7 +310,8 @@ class FastStepper:
             return None
         k_all, v_all = self.cache.ensure(end)
         n = min(top_n, self.spec.lm_head.shape[0])
-        logits, row = self._decoder.step_greedy(new[0], start, k_all, v_all, end, n)
+        with governed(self.model):
+            logits, row = self._decoder.step_greedy(new[0], start, k_all, v_all, end, n)
         self.forward_passes += 1
         self.cache.extend(new)
         return logits, row
@@ -325,23 +327,22 @@ class FastStepper:
         start, new = self.cache.take(ids, keep, self.max_len)
         end = start + len(new)
         k_all, v_all = self.cache.ensure(end)
-        if self._decoder is not None and self._one_call(new, keep, end):
-            logits = self._decoder.step(new[0], start, k_all, v_all, end)
-            if self._head_apart:
-                logits = mm(logits, self.lm_head, self.spec.lm_head_s, self.onednn).float()
-            self.forward_passes += 1
-            self.cache.extend(new)
-            return logits
-        logits = self._forward(
-            ids=torch.tensor(new, device=self.device),
-            pos=torch.arange(start, end, device=self.device),
-            attn_len=end,
-            always_mask=False,
-            k_all=k_all,
-            v_all=v_all,
-            keep=keep,
-            **self._args,
-        )
+        with governed_step(self.model, self.device, len(new)):
+            if self._decoder is not None and self._one_call(new, keep, end):
+                logits = self._decoder.step(new[0], start, k_all, v_all, end)
+                if self._head_apart:
+                    logits = mm(logits, self.lm_head, self.spec.lm_head_s, self.onednn).float()
+            else:
+                logits = self._forward(
+                    ids=torch.tensor(new, device=self.device),
+                    pos=torch.arange(start, end, device=self.device),
+                    attn_len=end,
+                    always_mask=False,
+                    k_all=k_all,
+                    v_all=v_all,
+                    keep=keep,
+                    **self._args,
+                )
         self.forward_passes += 1
         self.cache.extend(new)
         return logits

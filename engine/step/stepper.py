@@ -27,6 +27,7 @@ import torch
 from engine.errors import EmptyPromptError
 from engine.models.device import model_device
 from engine.records import Progress
+from engine.runtime.threads import governed_step
 from engine.step.fast_t5 import t5_stepper_or_none
 from engine.step.fastpath import fast_stepper_or_none
 from engine.step.kvcache import DynamicKV, KVCache, cache_kwargs, returned_cache
@@ -96,7 +97,8 @@ class ModelStepper:
             kwargs["logits_to_keep"] = keep
         x = torch.tensor([new], dtype=torch.long, device=self.device)  # [1, n]
         key = "decoder_input_ids" if self.is_encoder_decoder else "input_ids"
-        out = self.model(**{key: x}, **kwargs)
+        with governed_step(self.model, self.device, len(new)):
+            out = self.model(**{key: x}, **kwargs)
         self.forward_passes += 1
         if self.cache is not None:
             self.cache.store = returned_cache(out)
