@@ -15,10 +15,11 @@ model) keeps its usual time at each count, the lower envelope of its steps (down
 at most ``CREEP`` a step, as the context grows). A step ``COLLAPSE`` times its usual time, or
 ``STRIKES`` steps in a row ``SLOW`` times it, drop to fewer threads: as many as the cores other
 programs left free (the machine's CPU time less this process's, read every ``WINDOW_S``), at
-most ``n - 1``. The count comes back when the machine has been quiet for ``quiet_s`` (1 s,
-doubled after each return that failed within ``STAY_S``, up to 16 s; the machine's load read
-over the whole time); where the machine's load
-cannot be read, it comes back after ``quiet_s`` on trial, and a slow step drops it again.
+most ``n - 1``; so do ``CROWDED`` load readings in a row that leave fewer free cores than
+threads (a machine busy from the first step, whose usual time is a busy one's). The count
+comes back when the machine's load has left room for more threads for ``quiet_s`` (1 s,
+doubled after each return that failed within ``STAY_S``, up to 16 s); where the load cannot be
+read, it comes back after ``quiet_s`` on trial, and a slow step drops it again.
 Threads never change a bit of a step's output (tests/engine/test_threads.py checks the bundled
 model at 1, 2 and alternating counts): only its speed.
 
@@ -43,6 +44,7 @@ SWITCH = "DECODING_LAB_ADAPTIVE_THREADS"
 SLOW = 2.0  # a step this many times its usual time is slow ...
 STRIKES = 2  # ... and this many slow steps in a row drop a thread
 COLLAPSE = 4.0  # one step this slow drops at once
+CROWDED = 2  # load readings in a row that leave fewer free cores than threads drop one too
 CREEP = 0.002  # a key's usual time may rise this much a step (its context grows)
 WINDOW_S = 0.5  # the machine's load is read at most this often
 QUIET_S = 1.0  # quiet this long before more threads; doubled after a failed return, up to
@@ -140,6 +142,7 @@ class ThreadGovernor:
         self._set: int | None = None  # the count this governor last set (or adopted)
         self.ceiling = 0
         self._strikes = 0
+        self._crowded = 0  # load readings in a row that left fewer cores than threads
         self._quiet_s = QUIET_S
         self._changed_at = -math.inf  # when the count last dropped or rose
         self._raised_at = -math.inf
@@ -175,8 +178,10 @@ class ThreadGovernor:
             if n != self._set:  # the count changed under the step: nothing to judge
                 return
             now = self._clock()
-            self._read_load(now)
-            if n > 1 and slow == "collapse":
+            if self._read_load(now) and self._others is not None:
+                crowded = fitting_threads(self._others, self.cores, self.ceiling) < n
+                self._crowded = self._crowded + 1 if crowded else 0
+            if n > 1 and (slow == "collapse" or self._crowded >= CROWDED):
                 self._drop(n, now)
             elif n > 1 and slow == "slow":
                 self._strikes += 1
@@ -199,7 +204,7 @@ class ThreadGovernor:
         if n != self._set:
             with self._lock:
                 self._set = self.ceiling = n
-                self._strikes = 0
+                self._strikes = self._crowded = 0
                 self._quiet_since = None
                 self._publish()
         return n
@@ -222,19 +227,22 @@ class ThreadGovernor:
             return "collapse"
         return "slow" if seconds > SLOW * before else ""
 
-    def _read_load(self, now: float) -> None:
-        """The cores other programs used since the last reading, at most every WINDOW_S."""
+    def _read_load(self, now: float) -> bool:
+        """The cores other programs used since the last reading, at most every WINDOW_S;
+        whether a new figure was read."""
         if self._window is not None and now - self._window[0] < WINDOW_S:
-            return
+            return False
         got = self._load()
         if got is None:
             self._others = None
-            return
-        if self._window is not None:
+            return False
+        fresh = self._window is not None
+        if fresh:
             t0, busy0, ours0 = self._window
             self._others = max(0.0, (got[0] - busy0) - (got[1] - ours0)) / (now - t0)
             self._read_since = t0
         self._window = (now, got[0], got[1])
+        return fresh
 
     def _drop(self, n: int, now: float) -> None:
         target = n - 1
@@ -264,7 +272,7 @@ class ThreadGovernor:
     def _apply(self, n: int, now: float) -> None:
         self._set_threads(n)
         self._set = n
-        self._strikes = 0
+        self._strikes = self._crowded = 0
         self._changed_at = now
         self._quiet_since = None
 

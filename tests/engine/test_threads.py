@@ -147,6 +147,18 @@ def test_a_return_that_fails_waits_twice_as_long_next_time():
     assert waited == pytest.approx(want, abs=1.1)
 
 
+def test_a_machine_busy_from_the_first_step_drops_on_its_load_readings():
+    m = Machine()
+    m.others = 1.0  # busy from the start: the usual time is a busy one's, no step is slow
+    m.step(USUAL)
+    m.idle(0.6)
+    m.step(USUAL)  # the first reading of the load: crowded once
+    assert m.sets == []
+    m.idle(0.6)
+    m.step(USUAL)  # twice in a row
+    assert m.sets == [1] and m.gov.state().reduced
+
+
 def test_two_busy_programs_keep_one_thread():
     m = Machine()
     m.steps(10, USUAL)
