@@ -15,8 +15,8 @@ The parts, one folder each::
     classroom/   lessons, guess rounds, exports and the shared web page
     drivers/     the window's actions, method comparison, the seed API, the benchmark
     validate/    bounded readers of every file and server reply (sizes, depth, types, values)
-    runtime/     how the process runs its threads: OpenMP's wait set before torch loads (env),
-                 a thread count that drops when the machine is busy (threads, issue 57)
+    runtime/     how the process runs its threads: a thread count that drops when the machine
+                 is busy and comes back when it is quiet (threads, issue 57)
     records.py   the plain records that leave the engine;  errors.py  its exceptions
 
 The data path from prompt to step record:

@@ -38,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="only the pipelined session vs today's (CPU; the GPU rows where CUDA is; with "
         "--gpu-only, the GPU rows alone)",
     )  # fmt: skip
+    bench.add_argument(
+        "--contention", action="store_true",
+        help="only decoding on a busy machine: 0, 1, 2 busy background processes, SmolLM2 "
+        "fp32/bf16/int4, ours (adaptive threads, one thread, fixed threads) and "
+        "transformers.generate (a few minutes)",
+    )  # fmt: skip
     bench.add_argument("--json", default=None, help="also write the figures to this file")
     bench.set_defaults(func=run)
     return bench
@@ -78,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
         return _written(figures, args.json)
     if args.pipeline:
         return _pipeline_only(args, say)
+    if args.contention:
+        from engine.drivers.bench_contention import contention_section
+
+        figures["contention"] = contention_section(say)
+        return _written(figures, args.json)
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
     if args.experiments:
         from engine.drivers.bench_experiments import experiments_section

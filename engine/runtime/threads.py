@@ -23,6 +23,17 @@ read, it comes back after ``quiet_s`` on trial, and a slow step drops it again.
 Threads never change a bit of a step's output (tests/engine/test_threads.py checks the bundled
 model at 1, 2 and alternating counts): only its speed.
 
+Why not a passive wait (``OMP_WAIT_POLICY=passive`` before torch loads, so a waiting thread
+sleeps at once): measured side by side on the same machine, it keeps two threads near one
+thread's speed under load, but every region then wakes a sleeping thread, which costs a quiet
+machine 20-30% (a chain of SmolLM2's 120 matrix-vector products, best of 15: 21-22 ms spinning,
+28-35 ms passive, 25 ms on one thread; a float32 token's median 40-47 ms spinning, 48-58 ms
+passive). A bounded spin (``GOMP_SPINCOUNT`` 1,000 to 100,000) collapsed under load all the
+same (3-20x). So the threads keep libgomp's spin, which is fastest while the machine is quiet,
+and this governor takes the second thread away while it is not: a step at one thread has no
+barrier to spin at. What it cannot spare is the step during which the load begins (one slow
+step, then the count drops).
+
 What reads it: the steppers (``engine.step``) wrap each one-token CPU step in ``governed``; the
 window's status bar and ``main.py bench`` read ``thread_state()`` (a frozen ``ThreadState``,
 safe from any thread). ``DECODING_LAB_ADAPTIVE_THREADS=0`` turns it off.
