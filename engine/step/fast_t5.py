@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from engine.errors import EmptyPromptError
+from engine.runtime.threads import governed_step
 from engine.step.fastpath import FastPathUnsupported, _fused, prepared
 from engine.step.forward import (
     CA_O,
@@ -223,15 +224,16 @@ class T5FastStepper:
         start, new = self.cache.take(ids, keep, self.max_len, "the fast path's limit")
         end = start + len(new)
         k_all, v_all = self.cache.ensure(end)
-        logits = self._forward(
-            ids=torch.tensor(new, device=self.device),
-            pos=torch.arange(start, end, device=self.device),
-            attn_len=end,
-            k_all=k_all,
-            v_all=v_all,
-            keep=keep,
-            **self._args,
-        )
+        with governed_step(self.model, self.device, len(new)):
+            logits = self._forward(
+                ids=torch.tensor(new, device=self.device),
+                pos=torch.arange(start, end, device=self.device),
+                attn_len=end,
+                k_all=k_all,
+                v_all=v_all,
+                keep=keep,
+                **self._args,
+            )
         self.forward_passes += 1
         self.cache.extend(new)
         return logits
