@@ -21,7 +21,7 @@ LOCK ?= constraints.txt
 TEST_ENV = QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 DECODING_LAB_TORCH_SPEC="$(TORCH_SPEC)"
 TEST_ARGS ?= -q -m "not remote"
 
-.PHONY: run test test-remote vllm-env llama-server test-llama-server test-llama-cpp-python lint bench package setup upgrade clean
+.PHONY: run test screens test-remote vllm-env llama-server test-llama-server test-llama-cpp-python lint bench package setup upgrade clean
 
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	bash .ci/system-deps
@@ -62,6 +62,13 @@ upgrade:
 	cp $(UPGRADE_VENV)/constraints.txt $(LOCK)
 	@echo "The tests passed on the new versions: $(LOCK) is written (git diff $(LOCK))."
 	@echo "Now: make setup (moves $(VENV) to them), then commit $(LOCK)."
+
+# The screen audit's gallery: every tab, page and lesson stage as the real window (Xvfb +
+# openbox) draws it, both themes, 1280x720 and 1024x768, in tests/artifacts/screens/.
+screens: $(STAMP)
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 DECODING_LAB_REQUIRE_XVFB=1 \
+		$(PY) -m pytest -q tests/gui/test_screen_audit.py; \
+		echo "gallery: $(CURDIR)/tests/artifacts/screens"
 
 # vLLM's CPU build in its own venv (cached: a stamp file), for the served-model tests.
 VLLM_VENV ?= .venv-vllm

@@ -10,7 +10,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QFont, QTextDocumentFragment
 from PySide6.QtWidgets import (
-    QHBoxLayout,
+    QGridLayout,
     QLabel,
     QPushButton,
     QScrollArea,
@@ -102,11 +102,12 @@ class LessonPanel(QWidget):
         self.next.setShortcut("Alt+Right")
         self.close_button = QPushButton("End lesson")
         self.close_button.setObjectName("lesson_close")
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.back)
-        buttons.addWidget(self.next)
-        buttons.addStretch(1)
-        buttons.addWidget(self.close_button)
+        # Back and Next on one row, End lesson under them: one row of three made the lesson
+        # wider than the controls beside it, and the window 9 px wider than a 1280 screen
+        buttons = QGridLayout()
+        buttons.addWidget(self.back, 0, 0)
+        buttons.addWidget(self.next, 0, 1)
+        buttons.addWidget(self.close_button, 1, 0, 1, 2)
 
         layout.addWidget(self.lesson_title)
         layout.addWidget(self.progress)

@@ -353,7 +353,10 @@ class InsideView(QWidget):
         for plot in self.plots():
             plot.set_font_size(points)
         line = QFontMetrics(self.font()).lineSpacing()
-        self.kl.setMinimumHeight(5 * line)
+        # each plot at least five lines of its text high: an axis, its title and a few ticks
+        # read (the KL curve was 95 px at 1280x720, the logit attribution ~80 px at 20 pt)
+        self.kl.setMinimumHeight(5 * line + 6)
+        self.dla.setMinimumHeight(5 * line)
 
     def set_compact(self, compact: bool) -> None:
         """The presentation view: the tokens shaded, without the bars (their labels would

@@ -16,8 +16,8 @@ from PySide6.QtWidgets import (
     QGraphicsView,
     QHBoxLayout,
     QLabel,
-    QPushButton,
     QSizePolicy,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -240,21 +240,23 @@ class BeamTreePanel(QWidget):
         self.follow = QCheckBox("Follow")
         self.follow.setToolTip("Keep the newest step in view while the search runs.")
         self.follow.setChecked(True)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.key, 1)
+        buttons = QHBoxLayout()  # under the key, which wraps across the tab's whole width
         for text, tip, slot in (
             ("Fit", "Show the whole tree", view.fit),
             ("−", "Zoom out (or Ctrl+wheel)", lambda: view.zoom(1 / 1.25)),
             ("+", "Zoom in (or Ctrl+wheel); drag to pan", lambda: view.zoom(1.25)),
             ("1:1", "Actual size", view.reset_zoom),
         ):
-            b = QPushButton(text)
+            b = QToolButton()  # as narrow as its text: four 80 px push buttons made it 412 px
+            b.setText(text)
             b.setToolTip(tip)
             b.clicked.connect(slot)
             buttons.addWidget(b)
         buttons.addWidget(self.follow)
+        buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.key)
         layout.addLayout(buttons)
         layout.addWidget(view, 1)
         self.follow.toggled.connect(self._set_follow)

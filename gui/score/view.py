@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from engine.records import SCORED, Candidate, Step
 from engine.tree.scored import ScoredToken, TextScore
+from gui.common.fitting import ElidedCombo
 from gui.common.series_plot import still_plot, style_axes, tick_font
 from gui.common.step_text import pct, short
 from gui.common.theme import BUCKET_LABELS, LIGHT, Theme, bucket_of
@@ -220,7 +221,7 @@ class ScoreView(QWidget):
         self.legend = QLabel(legend_html(LIGHT))
         self.legend.setObjectName("score_legend")
         self.legend.setWordWrap(True)  # the key wraps in a narrow column, never cut
-        self.colour = QComboBox()  # as the output's: by rank, or by decision layer (issue 33)
+        self.colour = ElidedCombo()  # as the output's: by rank, or by decision layer
         self.colour.setObjectName("score_colour")
         self.colour.addItem("Colour by rank", COLOR_BY_RANK)
         self.colour.addItem("Colour by decision layer", COLOR_BY_DECISION)

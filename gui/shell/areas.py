@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.common.fitting import ElidedLabel, OneLineLabel
+from gui.common.fitting import ElidedCombo, ElidedLabel, OneLineLabel
 from gui.common.series_plot import SeriesPlot
 from gui.common.step_text import step_summary
 from gui.common.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
@@ -152,8 +152,12 @@ class OutputBox(QGroupBox):
         self.normal_title = "Output"  # a long title would set the column's minimum width
         super().__init__(self.normal_title, parent)
         self.pane = TokenPane()
-        self.color_mode = QComboBox()
+        self.color_mode = ElidedCombo()  # cut with "…" in a narrow column (1024 px screens)
         self.color_mode.setObjectName("color_mode")
+        self.color_mode.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.color_mode.setMinimumContentsLength(9)
         self.color_mode.addItem("Colour by rank", COLOR_BY_RANK)
         self.color_mode.addItem("Colour by probability", COLOR_BY_PROB)
         self.color_mode.setToolTip("How each token's box is coloured.")
@@ -257,11 +261,14 @@ class PlotArea(QSplitter):
         self.addWidget(self.curves)
         self.setStretchFactor(0, 3)
         self.setStretchFactor(1, 2)
-        self.tabs.currentChanged.connect(lambda _i: self.fit_curves())
+        self.curves_allowed = True
+        self.tabs.currentChanged.connect(lambda _i: self.fit_curves(self.curves_allowed))
 
     def fit_curves(self, allowed: bool = True) -> None:
         """The speed and entropy curves are the run's: hidden (their room to the tab) while
         the tree, a comparison or an experiment is read; ``allowed`` off: hidden (the
-        presentation view)."""
+        presentation view), and kept hidden when its tab changes (a tab change showed them,
+        squeezed under 20 pt text, in the presentation view)."""
+        self.curves_allowed = allowed
         reading = (self.tree_view, self.compare_view, self.experiments)
         self.curves.setVisible(allowed and self.tabs.currentWidget() not in reading)
