@@ -89,9 +89,14 @@ class StatusArea:
         self.text = ElidedLabel("")
         self.rate = QLabel("")
         self.rate.setContentsMargins(16, 0, 4, 0)  # apart from the message beside it
+        # one short line while the engine runs on fewer threads because the machine is busy
+        self.threads = QLabel("")
+        self.threads.setObjectName("threads_note")
+        self.threads.hide()
         bar.addWidget(self.model)
         bar.addWidget(self.busy)
         bar.addWidget(self.text, 1)
+        bar.addPermanentWidget(self.threads)
         bar.addPermanentWidget(self.rate)
 
 

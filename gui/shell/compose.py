@@ -191,7 +191,7 @@ def wire(w: MainWindow) -> None:
     w.compare_view.run_requested.connect(w.run.run_comparison)
     # the views the display clock redraws, and tells of a new theme or text size
     p = w.plots
-    w.clock.register(p.dist_box.plot, p.speed, p.entropy, p.beam_tree, w.classroom,
+    w.clock.register(w.jobs, p.dist_box.plot, p.speed, p.entropy, p.beam_tree, w.classroom,
                         w.experiments, w.inside, w.score, w.tree, w.live)  # fmt: skip
     w.run_finished.connect(w.inside.after_run)  # the Inside tab follows a run's end
     w.jobs.n.finished.append(w.classroom.job_done)  # a guess round's step

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Slot
 
+from engine.runtime.threads import thread_state
 from engine.validate.served import unknown_ids_notice
 
 if TYPE_CHECKING:
@@ -62,6 +63,21 @@ class JobStatus(QObject):
             self._after_idle.append(fn)
         else:
             fn()
+
+    def tick(self, _busy: bool) -> None:  # the display clock
+        """Say, in one line, when the engine runs on fewer threads because the machine is busy
+        (engine.runtime.threads: a step far slower than usual drops threads; quiet brings them
+        back)."""
+        state = thread_state()
+        label = self.n.status.threads
+        if label.text() != state.message:
+            label.setText(state.message)
+            label.setToolTip(
+                f"Other programs use about {state.others:.1f} cores; the engine steps on "
+                f"{state.threads} threads until the machine is quieter."
+                if state.reduced and state.others is not None else ""
+            )  # fmt: skip
+            label.setVisible(state.reduced)
 
     @Slot(str)
     def on_progress(self, text: str) -> None:

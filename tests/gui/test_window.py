@@ -358,3 +358,21 @@ def test_plots_export_at_a_slides_resolution_and_dialogs_start_in_documents(
     assert not window.export("json")
     assert asked and asked[0].startswith(str(documents_folder()))
     assert documents_folder().is_dir()
+
+
+def test_the_status_bar_says_when_threads_are_reduced_because_the_machine_is_busy(
+    qtbot, window, monkeypatch
+):
+    from engine.runtime import threads
+    from gui.shell import jobs
+
+    busy = threads.ThreadState(1, 2, reduced=True, reductions=1, others=1.0,
+                               message=threads.reduced_message(1, 2))  # fmt: skip
+    monkeypatch.setattr(jobs, "thread_state", lambda: busy)
+    window.clock.tick()
+    note = window.status.threads
+    assert note.isVisible() and note.text() == "Running on 1 thread of 2: the machine is busy"
+    assert "1.0 cores" in note.toolTip()
+    monkeypatch.setattr(jobs, "thread_state", lambda: threads.ThreadState(2, 2))
+    window.clock.tick()
+    assert not note.isVisible()
