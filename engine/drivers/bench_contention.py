@@ -130,7 +130,7 @@ def contention_section(say: Callable[[str], None], new_tokens: int = 48) -> dict
     """The rows above for 0, 1 and 2 busy processes, and the issue's checks on them."""
     from engine.models.catalog import open_model
 
-    ceiling = torch.get_num_threads()
+    ceiling, began = torch.get_num_threads(), time.perf_counter()
     say(f"12. contention: {new_tokens} tokens, greedy, top-20; 0, 1, 2 busy background "
         f"processes on {governing.usable_cores()} cores; the adaptive thread count "
         f"{'on' if governing.switched_on() else 'OFF'}; rates over the whole run (prompt "
@@ -148,7 +148,8 @@ def contention_section(say: Callable[[str], None], new_tokens: int = 48) -> dict
         say(f"   {text}")
     final = governing.thread_state()
     say(f"   threads reduced {final.reductions} time(s) in this run; now {final.threads} of "
-        f"{final.ceiling}{': ' + final.message if final.message else ''}")  # fmt: skip
+        f"{final.ceiling}{': ' + final.message if final.message else ''}; the section took "
+        f"{time.perf_counter() - began:.0f} s")  # fmt: skip
     return out
 
 
