@@ -128,7 +128,7 @@ class Classroom:
                        "The class guesses the next token; Reveal makes the step"),
             ActionSpec("open_lesson", "Open lesson…", lambda: self.open_file(None),
                        (Place("file", "lesson", 0),),
-                       tip="A lesson file of your own (YAML; see the README)"),
+                       tip="A lesson file of your own (YAML; see the teacher's guide)"),
             ActionSpec("share", "Export run as web page…", lambda: self.w.export("html"),
                        (Place("file", "export", 4),),
                        tip="One HTML file students can open in any browser: the text coloured "

@@ -6,14 +6,11 @@ stops QApplication.setFont from reaching the widgets, and the zoom relies on it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QProxyStyle, QStyle, QStyleFactory, QStyleOption, QWidget
-
-if TYPE_CHECKING:
-    from gui.common.theme import Theme
 
 # a check box's frame and a slider's groove, per theme: >= 3:1 against its window colour
 MARKS = {"light": ("#6b6b76", "#7a7a85"), "dark": ("#a4a4b0", "#8c8c99")}
@@ -22,7 +19,7 @@ MARKS = {"light": ("#6b6b76", "#7a7a85"), "dark": ("#a4a4b0", "#8c8c99")}
 class MarkedStyle(QProxyStyle):
     def __init__(self) -> None:
         super().__init__(QStyleFactory.create("Fusion"))
-        self.theme: Theme | None = None
+        self.theme: Any = None  # gui.common.theme.Theme (set by apply_palette)
 
     def _colours(self) -> tuple[QColor, QColor, QColor, QColor]:
         t = self.theme
