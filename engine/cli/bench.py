@@ -57,7 +57,6 @@ def run(args: argparse.Namespace) -> int:
         header,
         run_engine_bench,
         run_gpu_bench,
-        static_cpu_section,
         t5_section,
     )
     from engine.drivers.bench_tree import tree_section
@@ -73,10 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return _gpu_only(args, say, run_gpu_bench)
     figures: dict = {}
     if args.families:
-        figures["families"] = family_section(say, args.family_tokens)
-        figures["t5"] = t5_section(say, args.family_tokens)
-        figures["static_cpu"] = static_cpu_section(say, new_tokens=args.family_tokens)
-        return _written(figures, args.json)
+        return _written(_families(say, args.family_tokens), args.json)
     if args.quant:
         from engine.drivers.bench_quant import quant_section
 
@@ -113,6 +109,14 @@ def run(args: argparse.Namespace) -> int:
         figures.update(args.gui_bench(bundle, say, args))
     run_gpu_bench(say)
     return _written(figures, args.json)
+
+
+def _families(say: Callable[[str], None], tokens: int) -> dict:
+    """``--families``: the families at real models' shapes, T5, and the static CPU step."""
+    from engine.drivers.bench import family_section, static_cpu_section, t5_section
+
+    return {"families": family_section(say, tokens), "t5": t5_section(say, tokens),
+            "static_cpu": static_cpu_section(say, new_tokens=tokens)}  # fmt: skip
 
 
 def _gpu_only(
