@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 import pyqtgraph as pg
-from fit_probe import clipped, open_window, outside, wait
+from fit_probe import clipped, open_window, outside, run_story, wait
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QColor, QFontMetrics
 from PySide6.QtTest import QTest
@@ -202,13 +202,7 @@ def main() -> None:
     sys.excepthook = _hook
     app, w = open_window(model_dir, theme, 120)
     size = (w.screen().size().width(), w.screen().size().height())
-    w.sampler.set_settings(w.sampler.settings().with_(temperature=1.0, top_k=0, top_p=1.0,
-                                                      max_new_tokens=24, seed=3))  # fmt: skip
-    w.prompt.setPlainText("Once upon a time")
-    done: list[object] = []
-    w.run_finished.connect(done.append)
-    w.generate()
-    assert wait(app, lambda: bool(done) and not w.runner.busy, 300), "run did not finish"
+    run_story(app, w, 24)
     print("CONTROLS " + json.dumps(controls(w, theme)), flush=True)
     for view in ("normal", "presentation"):
         POKED.clear()

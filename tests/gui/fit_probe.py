@@ -126,17 +126,22 @@ def open_window(model: str, theme: str, seconds: float) -> tuple[QApplication, M
     return app, w
 
 
-def main() -> None:
-    model_dir, view, theme = sys.argv[1:4]
-    shot = sys.argv[4] if len(sys.argv) > 4 else ""
-    app, w = open_window(model_dir, theme, 120)
+def run_story(app: QApplication, w: MainWindow, tokens: int) -> None:
+    """A seeded, unfiltered run of ``tokens`` tokens after "Once upon a time", waited for."""
     w.sampler.set_settings(w.sampler.settings().with_(temperature=1.0, top_k=0, top_p=1.0,
-                                                      max_new_tokens=64, seed=3))  # fmt: skip
+                                                      max_new_tokens=tokens, seed=3))  # fmt: skip
     w.prompt.setPlainText("Once upon a time")
     done: list[object] = []
     w.run_finished.connect(done.append)
     w.generate()
     assert wait(app, lambda: bool(done) and not w.runner.busy, 300), "run did not finish"
+
+
+def main() -> None:
+    model_dir, view, theme = sys.argv[1:4]
+    shot = sys.argv[4] if len(sys.argv) > 4 else ""
+    app, w = open_window(model_dir, theme, 120)
+    run_story(app, w, 64)
     w.set_presentation(view == "presentation")
     wait(app, lambda: False, 1.5)
     w.drain()
