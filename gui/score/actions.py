@@ -258,6 +258,7 @@ class ScoreActions:
         """The window's theme and text size."""
         pt = self.w.looks.text_points()
         self.view.set_theme(self.w.looks.theme)
+        self.view.set_compact(self.w.looks.presenting)
         self.view.set_font_size(pt)
         # the presentation switch redraws the run's step into the plot after this: ours again
         QTimer.singleShot(0, self._reselect)

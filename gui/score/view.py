@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -77,8 +77,12 @@ def token_tooltip(t: ScoredToken, no_context: bool = False) -> str:
     )
 
 
-def totals_text(score: TextScore) -> str:
+def totals_text(score: TextScore, compact: bool = False) -> str:
+    """The view's head line; ``compact`` (the presentation view): tokens and perplexity alone,
+    the rest in the line's tooltip (``totals_text`` in full)."""
     n = len(score.tokens)
+    if compact:
+        return f"<b>{n} tokens</b> · perplexity <b>{score.perplexity:.1f}</b>"
     skipped = f" · {score.unscored} first token without context, not scored" * bool(score.unscored)
     if score.no_context and score.tokens:
         skipped = (f" · token {score.tokens[0].index + 1} (grey bar): no context, read after the"
@@ -89,12 +93,14 @@ def totals_text(score: TextScore) -> str:
     )
 
 
-def legend_html(theme: Theme) -> str:
+def legend_html(theme: Theme, compact: bool = False) -> str:
+    """The rank key; ``compact`` (the presentation view): the chips alone, "Rank:" before them."""
     chips = "".join(
         f"<span style='background:{color}; color:{theme.text}'>&nbsp;{label}&nbsp;</span> "
         for color, label in zip(theme.buckets, BUCKET_LABELS, strict=True)
     )
-    return f"Rank in the model's list: {chips}"
+    head = "Rank" if compact else "Rank in the model's list"
+    return f"{head}: {chips}"
 
 
 class ScorePane(TokenPane):
@@ -165,6 +171,8 @@ class SurprisalPlot(pg.PlotWidget):
         font = tick_font(self, points)
         for name in ("left", "bottom"):
             self.getPlotItem().getAxis(name).label.setFont(font)
+        # five lines of its labels, the least a plot reads at (tests/gui/audit_probe.py)
+        self.setMinimumHeight(max(110, 5 * QFontMetrics(font).lineSpacing()))
 
     def set_tokens(self, surprisals: list[float], ranks: list[int],
                    numbers: list[int] | None = None, grey_first: bool = False) -> None:  # fmt: skip
@@ -234,12 +242,14 @@ class ScoreView(QWidget):
         )
         self.colour.setMinimumContentsLength(4)
         self.theme = LIGHT
+        self.score: TextScore | None = None
+        self.what = ""
+        self.compact = False  # the presentation view's short heads (set_compact)
         self.back = QPushButton("Back to the run")
         self.back.setToolTip("Close the scored text and show the run's output again.")
         self.back.clicked.connect(self.closed)
         self.pane = ScorePane()
         self.plot = SurprisalPlot()
-        self.plot.setMinimumHeight(110)  # its axis labels overlap below this
         self.plot.setToolTip(
             "Surprisal per token, in bits (−log₂ p): tall bars surprised the model. "
             "Colours as in the text; click a bar to pick its token."
@@ -265,11 +275,30 @@ class ScoreView(QWidget):
         self.plot.token_clicked.connect(self.token_clicked)
 
     def show_score(self, score: TextScore, steps: list[Step], what: str = "") -> None:
-        self.title.setText(f"<b>Scored text</b> {html.escape(what)}")
-        self.totals.setText(totals_text(score))
+        self.score, self.what = score, what
+        self._heads()
         self.pane.show_score(score, steps)
         self.plot.set_tokens([t.surprisal for t in score.tokens], [t.rank for t in score.tokens],
                              [t.index + 1 for t in score.tokens], score.no_context)  # fmt: skip
+
+    def set_compact(self, compact: bool) -> None:
+        """The presentation view: the heads in one short line each (the whole text a hover
+        away), so the text and its plot keep the column's height at 20 pt."""
+        self.compact = compact
+        self.back.setText("◀ Run" if compact else "Back to the run")
+        self.colour.setMinimumContentsLength(2 if compact else 4)
+        self._heads()
+        self.update_legend()
+
+    def _heads(self) -> None:
+        what = html.escape(self.what)
+        full = f"<b>Scored text</b> {what}"
+        self.title.setText("<b>Scored text</b>" if self.compact and what else full)
+        self.title.setToolTip(full if self.compact else "")
+        if self.score is None:
+            return
+        self.totals.setText(totals_text(self.score, self.compact))
+        self.totals.setToolTip(totals_text(self.score) if self.compact else "")
 
     def select(self, index: int | None) -> None:
         self.pane.select(index)
@@ -283,7 +312,7 @@ class ScoreView(QWidget):
         if self.pane.mode == COLOR_BY_DECISION:
             self.legend.setText(decision_legend(self.theme, self.pane.layers))
         else:
-            self.legend.setText(legend_html(self.theme))
+            self.legend.setText(legend_html(self.theme, self.compact))
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
