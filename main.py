@@ -17,7 +17,12 @@ from typing import Any  # noqa: E402
 
 
 def _gui_bench(bundle: Any, say: Callable[[str], None], args: Any) -> dict[str, Any]:
-    """The benchmark's window figures (live plots vs headless, start-up and peak memory)."""
+    """The benchmark's window figures (live plots vs headless, start-up and peak memory); with
+    ``--contention``, the window under load instead (``bundle`` is None there)."""
+    if getattr(args, "contention", False):
+        from gui.devtools.load_bench import run_load_bench
+
+        return {"window_load": run_load_bench(say)}
     from gui.devtools.bench import run_gui_bench, run_startup_bench
     from gui.devtools.open_bench import run_open_bench
     from gui.devtools.tree_bench import run_tree_bench

@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--contention", action="store_true",
         help="only decoding on a busy machine: 0, 1, 2 busy background processes, SmolLM2 "
         "fp32/bf16/int4, ours (adaptive threads, one thread, fixed threads) and "
-        "transformers.generate (a few minutes)",
+        "transformers.generate; then the window under one busy process vs the CLI (skipped "
+        "with --skip-gui) (a few minutes)",
     )  # fmt: skip
     bench.add_argument("--json", default=None, help="also write the figures to this file")
     bench.set_defaults(func=run)
@@ -50,6 +51,29 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The chosen part of the benchmark, then whether the adaptive thread count reduced the
+    threads while it ran (issue 57)."""
+    status = _run(args)
+    print(threads_line(), flush=True)
+    return status
+
+
+def threads_line() -> str:
+    """One line: whether ``engine.runtime.threads`` reduced torch's threads in this process."""
+    from engine.runtime.threads import switched_on, thread_state
+
+    state = thread_state()
+    if not switched_on():
+        return "threads: the adaptive thread count is off (DECODING_LAB_ADAPTIVE_THREADS=0)"
+    if state.ceiling == 0:
+        return "threads: the adaptive thread count had no one-token CPU step to time"
+    if state.reductions == 0:
+        return f"threads: never reduced during this run ({state.threads} of {state.ceiling})"
+    return (f"threads: reduced {state.reductions} time(s) during this run because the machine "
+            f"was busy; {state.threads} of {state.ceiling} at its end")  # fmt: skip
+
+
+def _run(args: argparse.Namespace) -> int:
     import os
 
     from engine.drivers.bench import (
@@ -84,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         from engine.drivers.bench_contention import contention_section
 
         figures["contention"] = contention_section(say)
+        if not args.skip_gui and args.gui_bench is not None:  # the window under load
+            figures.update(args.gui_bench(None, say, args))
         return _written(figures, args.json)
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
     if args.experiments:

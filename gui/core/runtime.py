@@ -3,6 +3,7 @@
 * ``tame_pyside_import_hook``: at import of ``gui`` (before torch is imported).
 * ``set_switch_interval``: when the QApplication is made.
 * ``all_cores``: around the Inside tab's jobs (a prefill-sized pass the user waits on).
+* ``window_threads`` / ``configure_threads``: the window's torch threads (every core).
 * ``import_engine``: in the first worker job (torch and transformers load after the window
   shows); it also gives torch its threads and exempts the libraries from the collector.
 """
@@ -10,7 +11,6 @@
 from __future__ import annotations
 
 import gc
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,26 +46,40 @@ def set_switch_interval() -> None:
     sys.setswitchinterval(0.001)
 
 
+def window_threads() -> int:
+    """The torch threads the window's jobs run on: every core this process may use, as the
+    CLI does. Until issue 57 the window left one core to the GUI thread; on a 2-core machine
+    that held it at one thread's speed, idle or not, and left the adaptive thread count
+    (``engine.runtime.threads``) nothing to reduce when another program takes a core. Measured
+    side by side (``main.py bench --contention``, section 13; gui/devtools/load_bench.py)."""
+    from engine.runtime.threads import usable_cores
+
+    return usable_cores()
+
+
 def configure_threads() -> None:
-    """Leave one core to the GUI thread: batch-1 decoding is bound by memory bandwidth, so
-    torch loses little (measured 23.2 -> 22.7 tok/s on 2 cores) and the window stops competing
-    with the model for the CPU."""
+    """Give torch the window's thread count (``window_threads``)."""
     import torch
 
-    threads = max(1, (os.cpu_count() or 2) - 1)
+    threads = window_threads()
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
 
 
 @contextmanager
 def all_cores() -> Iterator[None]:
-    """Every core for a short job the user waits on with an idle window (reading inside a step:
-    a prefill-sized forward pass, which scales with cores where decoding does not); the
-    window's thread count again afterwards."""
+    """Every core for a short job the user waits on (reading inside a step: a prefill-sized
+    forward pass, which scales with cores where decoding does not), unless the adaptive thread
+    count has reduced the threads because the machine is busy (more threads would collapse
+    there); the count as it was afterwards. The window runs on every core now
+    (``window_threads``), so this changes the count only where something else set fewer."""
     import torch
 
+    from engine.runtime.threads import thread_state
+
     before = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or before)
+    wanted = before if thread_state().reduced else max(before, window_threads())
+    torch.set_num_threads(wanted)
     try:
         yield
     finally:
