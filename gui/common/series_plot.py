@@ -7,7 +7,8 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtGui import QFont
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QWidget
 
 from gui.common.theme import Theme
@@ -43,6 +44,62 @@ def style_axes(widget: pg.PlotWidget, theme: Theme) -> None:
     plot.titleLabel.setAttr("color", theme.text)
 
 
+def title_font(widget: pg.PlotWidget) -> QFont:
+    """The font a plot's title is drawn in (pyqtgraph keeps its size as "<n>pt")."""
+    font = QFont()
+    size = str(widget.getPlotItem().titleLabel.opts.get("size", "")).removesuffix("pt")
+    if size.replace(".", "", 1).isdigit():
+        font.setPointSizeF(float(size))
+    return font
+
+
+def title_room(widget: pg.PlotWidget) -> int:
+    """The pixels a plot's title has: pyqtgraph centres it over the data's box (the left
+    axis's column is not its), so a title as wide as the widget runs off its right edge."""
+    item = widget.getPlotItem()
+    axes = sum(item.getAxis(a).width() for a in ("left", "right") if item.getAxis(a).isVisible())
+    return max(40, int(widget.width() - axes) - 8)
+
+
+def key_line(keys: list[tuple[str, str]], room: int, font: QFont) -> tuple[str, bool]:
+    """A curves' key (a coloured mark and a name each, rich text) in ``room`` pixels: where
+    the whole key is wider, each name gets an equal share, cut with "…". Returns the line and
+    whether anything was cut."""
+    metrics = QFontMetrics(font)
+    mark = metrics.horizontalAdvance("━  ")
+    cut = metrics.horizontalAdvance(" ".join(f"━  {n}" for n, _c in keys)) > room
+    if cut:
+        share = max(8, room // max(1, len(keys)) - mark)
+        keys = [(metrics.elidedText(n, Qt.TextElideMode.ElideRight, share), c) for n, c in keys]
+    line = " ".join(f"<span style='color:{c}'>━</span>&nbsp;{html.escape(n)}" for n, c in keys)
+    return line, cut
+
+
+class KeyTitle(QObject):
+    """A plot whose title is its curves' key, kept within the plot's width at every resize
+    and text size; while a name is cut, the whole key is the plot's tooltip."""
+
+    def __init__(self, plot: pg.PlotWidget, keys: list[tuple[str, str]]) -> None:
+        super().__init__(plot)
+        self.plot, self.keys = plot, list(keys)
+        plot.installEventFilter(self)
+        self.show()
+
+    def set_keys(self, keys: list[tuple[str, str]]) -> None:
+        self.keys = list(keys)
+        self.show()
+
+    def show(self) -> None:
+        line, cut = key_line(self.keys, title_room(self.plot), title_font(self.plot))
+        self.plot.getPlotItem().setTitle(line)
+        self.plot.setToolTip(" · ".join(n for n, _c in self.keys) if cut else "")
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched is self.plot and event.type() == QEvent.Type.Resize:
+            self.show()
+        return False
+
+
 class SeriesPlot(pg.PlotWidget):
     """Per-step curves with a growing, explicitly set x range."""
 
@@ -72,6 +129,7 @@ class SeriesPlot(pg.PlotWidget):
         self.marker.hide()
         self._y_max = 1.0
         self.note = ""  # said after the key, e.g. "paced at 2 tok/s"
+        self.explain = ""  # the tooltip's words on what the plot shows (setToolTip)
         self._title = title
         self._show_title()
         self.setXRange(0, 50, padding=0)
@@ -126,14 +184,30 @@ class SeriesPlot(pg.PlotWidget):
 
     def key_html(self) -> str:
         """The curves' key, in the title above the plot (never on the data)."""
-        return " ".join(
-            f"<span style='color:{color}'>━</span>&nbsp;{html.escape(name)}"
-            for name, color in self.colors.items()
-        )
+        return key_line(list(self.colors.items()), 10**6, QFont())[0]
 
     def _show_title(self) -> None:
-        note = f" · {html.escape(self.note)}" if self.note else ""
-        self.getPlotItem().setTitle(f"{html.escape(self._title)}{note}<br>{self.key_html()}")
+        """The title and the key, each cut to the plot's width with "…" where it is narrower
+        than the text (a 1024 px projector, the presentation view); the whole of both is then
+        the plot's tooltip."""
+        note = f" · {self.note}" if self.note else ""
+        head = f"{self._title}{note}"
+        room, font = title_room(self), title_font(self)
+        shown = QFontMetrics(font).elidedText(head, Qt.TextElideMode.ElideRight, room)
+        key, key_cut = key_line(list(self.colors.items()), room, font)
+        self.getPlotItem().setTitle(f"{html.escape(shown)}<br>{key}")
+        cut = f"{head}\n{' · '.join(self.colors)}" if shown != head or key_cut else ""
+        super().setToolTip("\n\n".join(t for t in (cut, self.explain) if t))
+
+    def setToolTip(self, tip: str) -> None:  # noqa: N802 - Qt's name: what the plot shows
+        """What the plot shows (its tooltip); the whole title comes first while it is cut."""
+        self.explain = tip
+        self._show_title()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        if hasattr(self, "_title"):  # pyqtgraph resizes once before __init__ ends
+            self._show_title()
 
     def title_text(self) -> str:
         return self.getPlotItem().titleLabel.text

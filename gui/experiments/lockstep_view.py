@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHeaderView, QPushButton, QSplitter, QVBoxLayout, QWidget
 
 from engine.experiments.records import LockstepStep, LockstepSummary, Ranked
-from gui.common.series_plot import still_plot, style_axes, tick_font
+from gui.common.series_plot import KeyTitle, still_plot, style_axes, tick_font
 from gui.common.step_text import pct, short
 from gui.common.theme import LIGHT, Theme
 from gui.experiments.sweep_view import button_row, cell, note_label, plain_table
@@ -95,12 +95,13 @@ class StepCurve(pg.PlotWidget):
                      for c in MORE_COLORS]  # fmt: skip
         if upper is not None:  # a bounded quantity: three ticks say it
             item.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])
+        self.key = KeyTitle(self, [(title, color)])  # within the plot's width, whole on hover
         self.set_theme(LIGHT)
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
         style_axes(self, theme)
-        self.setTitle(f"<span style='color:{self.color}'>━</span> {html.escape(self.title)}")
+        self.key.show()
 
     def set_font_size(self, points: int) -> None:
         font = tick_font(self, points)

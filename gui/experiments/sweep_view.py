@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.experiments.records import SweepRow, Variation
-from gui.common.series_plot import still_plot, style_axes, tick_font
+from gui.common.series_plot import KeyTitle, still_plot, style_axes, tick_font
 from gui.common.theme import LIGHT, Theme
 
 SWEEP_COLUMNS = ("Value", "Log-prob", "Surprise", "Entropy", "Distinct-2", "Output")
@@ -119,6 +119,7 @@ class SweepView(QWidget):
             for name, color in CURVES
         }  # fmt: skip
         self.plot.setMinimumHeight(150)  # below that the ticks of three curves pile up
+        self.key = KeyTitle(self.plot, list(CURVES))  # within the plot's width, whole on hover
         item.getAxis("left").setStyle(maxTickLevel=0)
         self.table.setColumnHidden(OUTPUT, True)
         # every output whole, wrapped, one paragraph per value (in a table's cell they were
@@ -164,8 +165,7 @@ class SweepView(QWidget):
         self._title()
 
     def _title(self) -> None:
-        key = " ".join(f"<span style='color:{c}'>━</span>&nbsp;{n}" for n, c in CURVES)
-        self.plot.getPlotItem().setTitle(key)
+        self.key.show()
 
     def show_rows(
         self, rows: Sequence[SweepRow], seed: int | None = None, also_on: Sequence[str] = ()

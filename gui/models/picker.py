@@ -55,7 +55,10 @@ class ModelPicker(ElidedCombo):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("model_picker")
-        self.setMinimumWidth(280)
+        # as wide as 11 characters, the rest elided (whole in the popup and the tooltip): the
+        # toolbars fit a 1280 px screen on one row (a 280 px box hid "A+" and "Export…")
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.setMinimumContentsLength(11)
         self.setToolTip("Pick a bundled model, a recent one, or open another.")
         self.recents: list[str] = []
         self.current_key: str | None = None

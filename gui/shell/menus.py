@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMenu, QToolBar, QWidget
 
@@ -200,7 +200,49 @@ def build_bars(
             normal_only = [tb.addWidget(w) for w in picker_widgets]
             normal_only.append(tb.addSeparator())
         _fill(tb, bar, placed.get(bar.id, {}))
+    ToolbarRows(list(toolbars.values()))
     return Bars(table, toolbars, normal_only)
+
+
+class ToolbarRows(QObject):
+    """The toolbars on one row while they fit the window, else each after the first on a row
+    of its own (a 1024 px projector): no entry hides behind the toolbar's "»" menu. Follows
+    the window's width, the text size and the presentation view (which hides toolbars)."""
+
+    def __init__(self, toolbars: list[QToolBar]) -> None:
+        window = toolbars[0].parentWidget()  # the main window the toolbars were added to
+        assert isinstance(window, QMainWindow)
+        super().__init__(window)
+        self.window, self.toolbars = window, toolbars
+        self.broken: set[int] = set()  # the toolbars that start a row of their own
+        self.later = QTimer(self)  # once the events of a change are in (never mid-teardown)
+        self.later.setSingleShot(True)
+        self.later.timeout.connect(self.arrange)
+        for watched in (window, *toolbars):
+            watched.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() in (QEvent.Type.Resize, QEvent.Type.Show, QEvent.Type.Hide,
+                            QEvent.Type.LayoutRequest):  # fmt: skip
+            self.later.start(0)
+        return False
+
+    def arrange(self) -> None:
+        shown = [tb for tb in self.toolbars if not tb.isHidden()]
+        room = self.window.width()
+        used = 0
+        for i, tb in enumerate(shown):
+            used += tb.sizeHint().width()
+            wrap = i > 0 and used > room
+            if wrap:
+                used = tb.sizeHint().width()
+            if wrap != (id(tb) in self.broken):
+                if wrap:
+                    self.window.insertToolBarBreak(tb)
+                    self.broken.add(id(tb))
+                else:
+                    self.window.removeToolBarBreak(tb)
+                    self.broken.discard(id(tb))
 
 
 def _fill(target: QMenu | QToolBar, bar: Bar, sections: dict[str, list]) -> None:

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QStyleOptionButton,
     QStyleOptionSlider,
     QTabWidget,
+    QToolBar,
     QWidget,
 )
 
@@ -123,7 +124,7 @@ def check(app, w, name: str, gallery: Path | None, size) -> dict:
     small = [f"{type(p).__name__} {p.objectName()!r} {p.width()}x{p.height()} < {need[0]}x{need[1]}"
              for p in plots_on_screen(w) if (need := least_size(p))
              and (p.width() < need[0] or p.height() < need[1])]  # fmt: skip
-    cut = [c for c in clipped(w) if not _whole_on_hover(w, c)]
+    cut = [c for c in clipped(w) if not _whole_on_hover(w, c)] + cut_titles(w) + overflow(w)
     before = len(ERRORS)
     for plot in plots_on_screen(w):
         if id(plot) not in POKED:  # each plot once in a view: its handlers, not its data
@@ -142,6 +143,40 @@ def check(app, w, name: str, gallery: Path | None, size) -> dict:
         w.grab().save(str(gallery / f"{name}.png"))
     print("AUDIT " + json.dumps(result), flush=True)
     return result
+
+
+def overflow(w) -> list[str]:
+    """Toolbar entries that are on but not drawn: behind the toolbar's "»" menu, where a
+    class never sees them."""
+    out = []
+    for tb in w.findChildren(QToolBar):
+        if not tb.isVisibleTo(w):
+            continue
+        for a in tb.actions():
+            shown = tb.widgetForAction(a)
+            if a.isVisible() and not a.isSeparator() and shown and not shown.isVisible():
+                name = a.text() or type(shown).__name__
+                out.append(f"toolbar {tb.objectName()!r} hides {name!r}")
+    return out
+
+
+def cut_titles(w) -> list[str]:
+    """Plots whose title (pyqtgraph draws it: no widget, no elision of its own) is wider than
+    the plot, unless the plot's tooltip holds the whole title."""
+    out = []
+    for p in plots_on_screen(w):
+        item = getattr(p, "getPlotItem", lambda: None)()
+        label = getattr(item, "titleLabel", None)
+        if label is None or not label.isVisible() or not label.text:
+            continue
+        text = " ".join(label.item.toPlainText().split())
+        box = label.item.mapRectToScene(label.item.boundingRect())  # the scene is the widget's
+        if (box.left() < -1 or box.right() > p.width() + 1) and text[:20] not in " ".join(
+            p.toolTip().split()
+        ):
+            out.append(f"title of {type(p).__name__} {p.objectName()!r} {text[:40]!r}: "
+                       f"{box.left():.0f}..{box.right():.0f} px of {p.width()}")  # fmt: skip
+    return out
 
 
 def _whole_on_hover(w, line: str) -> bool:
