@@ -47,6 +47,8 @@ class Candidate:
 
 # Step.source of a token of a scored text: the model's own probabilities, no sampler ran
 SCORED = "score"
+# Step.source of a token a class chose in a live round's "be the sampler" (forced, by the class)
+CLASS = "class"
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ class Step:
     tokens_per_s: float  # running rate since the start of the run
     forced: bool = False  # chosen by the user, not sampled
     is_eos: bool = False
-    # "sample", "greedy", "forced", "draft", "target", "beam", or SCORED (a scored text's token)
+    # "sample", "greedy", "forced", "draft", "target", "beam", SCORED (a scored text's token)
+    # or CLASS (a live round's class chose it)
     source: str = "sample"
     prefill: bool = False  # step_time includes reading the prompt (or catching up after undo)
     special: bool = False  # a special token of the tokenizer (<|im_end|>, </s>, ...)

@@ -29,10 +29,13 @@ import secrets
 import threading
 import unicodedata
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from engine.records import CLASS
 
 MAX_STUDENTS = 250
 NICK_MAX = 24  # characters
@@ -360,6 +363,14 @@ class LiveRound:
                                  "probability": r.prob, "bits": r.bits, "rank": r.rank,
                                  "model_token": v.token_text})  # fmt: skip
             return rows
+
+
+def class_span(steps: Sequence[Any]) -> tuple[int, int] | None:
+    """(start, end) of the class's text in a run's steps (``engine.records.Step``): from the
+    first token the class chose as the sampler (``source == CLASS``) to its last, end
+    exclusive; None when the class chose none."""
+    chosen = [s.index for s in steps if s.source == CLASS]
+    return (chosen[0], chosen[-1] + 1) if chosen else None
 
 
 def _score(dist: Distribution, answer: str, tid: int | None, text: str, taken: int) -> Scored:

@@ -23,6 +23,7 @@ dropped after ``STRIKES`` messages over it; at most ``LiveRound.cap`` students a
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import queue
 import socket
@@ -50,31 +51,40 @@ SEND_QUEUE = 32  # messages waiting for one client before it is dropped
 SEND_TIMEOUT_S = 3.0
 MAX_SOCKETS = 400
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-       "connect-src 'self' ws://{host}; base-uri 'none'; form-action 'none'; "
+       "connect-src 'self'{ws}; base-uri 'none'; form-action 'none'; "
        "frame-ancestors 'none'")  # fmt: skip
 
 
 def lan_addresses() -> list[str]:
-    """This machine's IPv4 addresses the class can reach, the likeliest first (the one the
-    default route leaves by; no packet is sent), then 127.0.0.1 (this machine only)."""
+    """This machine's addresses the class can reach: IPv4 ones, the likeliest first (the one
+    the default route leaves by; no packet is sent), then IPv6 ones (global or unique local: a
+    link-local address needs its interface named, which a browser's address bar refuses),
+    then 127.0.0.1 (this machine only)."""
     found: list[str] = []
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect(("10.255.255.255", 1))
-        found.append(probe.getsockname()[0])
-    except OSError:
-        pass
-    finally:
-        probe.close()
-    try:
-        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-    except OSError:
-        infos = []
-    for info in infos:
-        address = str(info[4][0])
-        if address not in found and not address.startswith("127."):
-            found.append(address)
-    return [a for a in found if not a.startswith("127.")] + ["127.0.0.1"]
+    for family, target in ((socket.AF_INET, "10.255.255.255"), (socket.AF_INET6, "2001:db8::1")):
+        probe = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            probe.connect((target, 1))
+            found.append(str(probe.getsockname()[0]))
+        except OSError:
+            pass
+        finally:
+            probe.close()
+        try:
+            infos = socket.getaddrinfo(socket.gethostname(), None, family)
+        except OSError:
+            infos = []
+        found += [str(info[4][0]) for info in infos]
+    out: list[str] = []
+    for address in found:
+        ip = ipaddress.ip_address(address.split("%")[0])
+        if address not in out and not (ip.is_loopback or ip.is_link_local or ip.is_unspecified):
+            out.append(address)
+    return [*sorted(out, key=lambda a: ":" in a), "127.0.0.1"]
+
+
+async def _no_icon(request: web.Request) -> web.Response:
+    return web.Response(status=204)  # so a page logs no 404
 
 
 @dataclass
@@ -187,7 +197,7 @@ class LiveServer:
         app.router.add_get("/ws", self._socket)
         for path in FILES:
             app.router.add_get(path, self._file)
-        app.router.add_get("/favicon.ico", lambda request: web.Response(status=204))
+        app.router.add_get("/favicon.ico", _no_icon)
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False,
             max_line_size=REQUEST_MAX, max_field_size=REQUEST_MAX,
@@ -207,7 +217,10 @@ class LiveServer:
     async def _file(self, request: web.Request) -> web.Response:
         name, kind = FILES[request.path]
         body = (PAGE_DIR / name).read_bytes()
-        headers = {"Content-Security-Policy": CSP.format(host=request.host),
+        # 'self' covers the page's own ws:// in current browsers; older Safari needs it named,
+        # which a CSP source cannot do for an IPv6 literal ([::1] is refused as a source)
+        ws = "" if request.host.startswith("[") else f" ws://{request.host}"
+        headers = {"Content-Security-Policy": CSP.format(ws=ws),
                    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
                    "Cache-Control": "no-store", "X-Frame-Options": "DENY"}  # fmt: skip
         return web.Response(body=body, content_type=kind, charset="utf-8", headers=headers)

@@ -93,14 +93,18 @@
 
   function reveal(m) {
     show("question", false); show("reveal", true);
+    $("reveal-label").textContent = m.class_choice ? "The class's token (the story goes on from it)" : "The model's answer";
     $("picked").textContent = visible(m.picked) + "  (" + pct(m.prob) + ")" +
       (m.class_choice ? "  \u2014 the class chose it" : "");
     const mine = m.mine;
+    // a vote's answer as its button showed it (␣ for the leading space); a guess as typed
+    const said = mine && question && question.mode !== "guess" ? visible(mine.answer) : mine && mine.answer;
     let line;
     if (!mine) line = "You did not answer this one.";
-    else if (mine.prob === null) line = "Your answer \u201c" + mine.answer + "\u201d: no token reads like this.";
-    else line = "Your answer \u201c" + mine.answer + "\u201d: probability " + pct(mine.prob) +
-      ", surprise " + mine.bits.toFixed(1) + " bits, rank " + mine.rank + (mine.picked ? ". Spot on!" : ".");
+    else if (mine.prob === null) line = "Your answer \u201c" + said + "\u201d: no token reads like this.";
+    else line = "Your answer \u201c" + said + "\u201d: probability " + pct(mine.prob) +
+      ", surprise " + mine.bits.toFixed(1) + " bits, rank " + mine.rank +
+      (!mine.picked ? "." : m.class_choice ? ". The class went with you." : ". Spot on!");
     $("mine").textContent = line;
     const top = $("top"); top.textContent = "";
     (m.top || []).forEach(([text, p]) => {

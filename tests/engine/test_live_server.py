@@ -267,3 +267,47 @@ def test_200_students_answering_in_the_same_second_every_answer_counted_once(ser
     print(f"\n200 students: answers in {answered_s:.3f} s, reveal to all in {reveal_s:.3f} s, "
           f"peak Python memory {peak / 1e6:.1f} MB (both sides)")  # fmt: skip
     assert answered_s < 1.0 and reveal_s < 1.0
+
+
+def test_the_address_list_offers_ipv4_then_ipv6_then_this_machine_only():
+    import ipaddress
+
+    from engine.classroom.live_server import lan_addresses
+
+    found = lan_addresses()
+    assert found[-1] == "127.0.0.1" and found.count("127.0.0.1") == 1
+    ips = [ipaddress.ip_address(a) for a in found[:-1]]
+    assert not any(ip.is_loopback or ip.is_link_local or ip.is_unspecified for ip in ips)
+    versions = [ip.version for ip in ips]
+    assert versions == sorted(versions)  # every IPv4 address before the IPv6 ones
+    assert len(set(found)) == len(found)
+
+
+def test_a_round_served_on_ipv6_joins_and_names_no_bracketed_csp_source():
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    s = LiveServer(LiveRound(CODE), "::1", 0)
+    url = s.start()
+    here = f"http://[::1]:{s.port}"
+    try:
+        assert url == f"{here}/?code={CODE}"
+
+        async def main():
+            async with aiohttp.ClientSession() as http:
+                async with http.get(url) as r:
+                    csp = r.headers["Content-Security-Policy"]
+                    assert "connect-src 'self';" in csp and "[" not in csp
+                ws = await http.ws_connect(here + "/ws", origin=here)
+                await ws.send_json({"type": "join", "code": CODE, "nick": "six"})
+                assert (await receive(ws, "welcome"))["nick"] == "six"
+                await ws.close()
+
+        asyncio.run(main())
+    finally:
+        s.stop()
+    assert not s.running
