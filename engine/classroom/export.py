@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.records import Step
+from engine.words import count
 
 if TYPE_CHECKING:
     from engine.tree import RunTree
@@ -170,7 +171,7 @@ def run_to_markdown(
     note = f"\n\n**Note:** {markdown_text(ending)}" if ending else ""
     return (
         f"# Decoding Lab run\n\n**Model:** {model}  \n**Settings:** {changed}\n\n"
-        f"## Prompt\n\n{prompt}\n\n## Output ({len(steps)} tokens)\n\n{text}{note}\n"
+        f"## Prompt\n\n{prompt}\n\n## Output ({count(len(steps), 'token')})\n\n{text}{note}\n"
     )
 
 

@@ -1,9 +1,10 @@
 """Share a run: one self-contained HTML page that any browser opens with no server. No Qt.
 
 The page shows the prompt, the generated text coloured by the probability the model gave each
-picked token (viridis, ten bands, with a legend), the top-N at a step when a token is hovered,
-and a bar chart of a step's distribution when it is clicked; the model, method and settings are
-named. Everything is inside the file: the style, a small script of our own, and the run as JSON.
+picked token (ten bands of the window's own colours, engine.palette, with a legend; dark where
+the reader's system is), the top-N at a step when a token is hovered, and a bar chart of a
+step's distribution when it is clicked; the model, method and settings are named.
+Everything is inside the file: the style, a small script of our own, and the run as JSON.
 
 Tokens are untrusted text. The visible text is escaped by ``html.escape``; the JSON is embedded
 in a ``<script type="application/json">`` block with ``<``, ``>``, ``&`` and the JavaScript
@@ -26,18 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.classroom.export import write_atomic
+from engine.classroom.share_colours import colour_style
 from engine.classroom.share_decisions import DECISION_STYLE, with_decisions
 from engine.classroom.share_tree import TREE_STYLE, band, tree_html
 from engine.records import RUN_METHODS, Step
+from engine.words import count
 
 if TYPE_CHECKING:
     from engine.tree import RunTree
 
-# Viridis at the middle of ten equal bands of probability (0-10%, ..., 90-100%).
-VIRIDIS = (
-    "#440154", "#482878", "#3e4989", "#31688e", "#26828e",
-    "#1f9e89", "#35b779", "#6ece58", "#b5de2b", "#fde725",
-)  # fmt: skip
 TIP_ROWS = 10  # candidates in the hover tooltip
 LABEL_CHARS = 18  # a longer token is cut short in the chart (in full in the bar's tooltip)
 DEFAULT_TOP_N = 20  # candidates kept per step (bars in the chart)
@@ -81,29 +79,28 @@ def _step_data(step: Step, top_n: int) -> dict[str, Any]:
 
 
 _STYLE = """
-:root { color-scheme: light; --fg: #1b1b1f; --muted: #5c5c66; --line: #d9d9e0; }
-body { font: 16px/1.5 system-ui, sans-serif; color: var(--fg); margin: 0 auto;
+body { font: 16px/1.5 system-ui, sans-serif; color: var(--fg); background: var(--bg);
+  margin: 0 auto;
   max-width: 60rem; padding: 1rem 1.5rem 4rem; }
 h1 { font-size: 1.5rem; margin: .5rem 0; } h2 { font-size: 1.1rem; margin: 1.5rem 0 .5rem; }
 .meta { color: var(--muted); margin: 0; }
 table.settings { border-collapse: collapse; font-size: .9rem; }
 table.settings td { border-bottom: 1px solid var(--line); padding: .1rem .8rem .1rem 0; }
-pre.prompt { white-space: pre-wrap; background: #f4f4f7; padding: .6rem .8rem; margin: 0;
+pre.prompt { white-space: pre-wrap; background: var(--panel); padding: .6rem .8rem; margin: 0;
   border-radius: 4px; }
 #text { white-space: pre-wrap; font: 1.05rem/1.9 ui-monospace, monospace;
   border: 1px solid var(--line); border-radius: 4px; padding: .6rem .8rem; }
 .tok { cursor: pointer; border-radius: 2px; padding: 0 1px; }
-.tok:hover, .tok:focus { outline: 2px solid #e4572e; }
-.tok.selected { outline: 3px solid #e4572e; }
-.b0,.b1,.b2,.b3,.b4 { color: #fff; } .b5,.b6,.b7,.b8,.b9 { color: #000; }
-.b0 { background: #440154; } .b1 { background: #482878; } .b2 { background: #3e4989; }
-.b3 { background: #31688e; } .b4 { background: #26828e; } .b5 { background: #1f9e89; }
-.b6 { background: #35b779; } .b7 { background: #6ece58; } .b8 { background: #b5de2b; }
-.b9 { background: #fde725; }
+.tok:hover, .tok:focus { outline: 2px solid var(--accent); }
+.tok.selected { outline: 3px solid var(--accent); }
+.b0 { background: var(--b0); } .b1 { background: var(--b1); } .b2 { background: var(--b2); }
+.b3 { background: var(--b3); } .b4 { background: var(--b4); } .b5 { background: var(--b5); }
+.b6 { background: var(--b6); } .b7 { background: var(--b7); } .b8 { background: var(--b8); }
+.b9 { background: var(--b9); } .tok.f, .chip.f { background: var(--forced); }
 .legend { display: flex; gap: 0; margin: .4rem 0; font-size: .8rem; align-items: center; }
 .legend span.chip { padding: .1rem .4rem; }
 .legend .label { margin-right: .6rem; color: var(--muted); }
-#tip { position: absolute; z-index: 10; background: #fff; border: 1px solid #888;
+#tip { position: absolute; z-index: 10; background: var(--bg); border: 1px solid var(--muted);
   border-radius: 4px; box-shadow: 0 2px 8px rgba(0,0,0,.25); padding: .4rem .6rem;
   font-size: .85rem; max-width: 26rem; }
 #tip table { border-collapse: collapse; }
@@ -111,13 +108,14 @@ pre.prompt { white-space: pre-wrap; background: #f4f4f7; padding: .6rem .8rem; m
 #tip td:nth-child(2) { white-space: pre-wrap; overflow-wrap: anywhere; }
 .tip-head { overflow-wrap: anywhere; }
 #tip tr.head td { font-family: system-ui, sans-serif; color: var(--muted); }
-#tip tr.chosen td { font-weight: bold; color: #c0392b; }
-#tip tr.cut td { color: #999; }
+#tip tr.chosen td { font-weight: bold; color: var(--accent); }
+#tip tr.cut td { color: var(--muted); }
 .tip-head { font-weight: bold; margin-bottom: .2rem; }
 #chart-title { color: var(--muted); }
 #chart text { font: 12px ui-monospace, monospace; fill: var(--fg); }
-#chart rect.raw { fill: #3e4989; } #chart rect.raw.cut { fill: #c8c8d0; }
-#chart rect.after { fill: #35b779; } #chart rect.raw.chosen { fill: #e4572e; }
+#chart rect.raw { fill: var(--raw); } #chart rect.raw.cut { fill: var(--cut); opacity: .5; }
+#chart rect.after { fill: var(--after); }
+#chart rect.raw.chosen { stroke: var(--chosen); stroke-width: 2; }
 footer { margin-top: 2rem; color: var(--muted); font-size: .8rem; }
 """
 
@@ -210,7 +208,8 @@ _SCRIPT = """
     chartTitle.textContent = "Step " + (step.index + 1) + ": picked " + show(step.token) +
       " (" + pct(step.raw_prob) + ", rank " + step.rank + ") \\u00b7 entropy " +
       step.entropy.toFixed(2) + " bits \\u00b7 " + step.survivors +
-      " token(s) could be picked. Orange: the picked token; green line: after the sampler.";
+      " token(s) could be picked. Outlined: the picked token; blue: the model; orange line: " +
+      "after the sampler.";
   }
   function select(el) {
     var old = pane.querySelector(".tok.selected");
@@ -279,12 +278,19 @@ def _tree_section(tree: RunTree | None) -> str:
 
 
 _LEGEND = "".join(f'<span class="chip b{k}">{10 * k}-{10 * (k + 1)}%</span>' for k in range(10))
+_FORCED_CHIP = '<span class="chip f">chosen by you</span>'
+
+
+def _legend(steps: Sequence[Step]) -> str:
+    """The key of the text's colours; "chosen by you" where a token was."""
+    return _LEGEND + (_FORCED_CHIP if any(s.forced for s in steps) else "")
 
 
 def _spans(steps: Sequence[Step]) -> str:
     """The generated text, one focusable span per token, coloured by its band."""
     return "".join(
-        f'<span class="tok b{band(s.raw_prob)}" data-i="{i}" tabindex="0">'
+        f'<span class="tok b{band(s.raw_prob)}{" f" if s.forced else ""}" data-i="{i}" '
+        'tabindex="0">'
         f"{html.escape(s.text or s.token_str)}</span>"
         for i, s in enumerate(steps)
     )
@@ -319,7 +325,7 @@ def _meta(model: str, method: str, tokens: int, ending: str) -> str:
     out = f'Model: <b id="model">{e(model)}</b>'
     if method:
         out += f' · Method: <b id="method">{e(RUN_METHODS.get(method, method))}</b>'
-    out += f" · {tokens} tokens"
+    out += f" · {count(tokens, 'token')}"
     if ending:
         out += f' · <b id="ending">{e(ending)}</b>'
     return f'<p class="meta">{out}</p>'
@@ -345,9 +351,9 @@ def run_to_html(
     e = html.escape  # quote=True: safe in text and in attribute values
     data = _page_data(prompt, model, method, settings := _settings_dict(settings), steps, top_n)
     decided = with_decisions(data, steps, decisions, layers) if decisions else ""
-    spans, legend, rows = _spans(steps), _LEGEND, _settings_rows(settings)
+    spans, legend, rows = _spans(steps), _legend(steps), _settings_rows(settings)
     text = "".join(s.text for s in steps)
-    style = _STYLE + (TREE_STYLE if tree is not None else "")
+    style = colour_style() + _STYLE + (TREE_STYLE if tree is not None else "")
     style += DECISION_STYLE if decisions else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -376,8 +382,9 @@ def run_to_html(
 <table class="settings" id="settings">{rows}</table>
 <details><summary>Text only</summary><pre class="prompt" id="plain">{e(text)}</pre></details>
 <div id="tip" hidden></div>
-<footer>Made with Decoding Lab. Colours: viridis, by the model's own probability (before the
-sampler). Hover a token for the top {TIP_ROWS} alternatives; click it for the top {top_n}.
+<footer>Made with Decoding Lab. Colours: the window's own (orange: unlikely, blue: likely), by
+the model's own probability (before the sampler). Hover a token for the top {TIP_ROWS}
+alternatives; click it for the top {top_n}.
 </footer>
 <script type="application/json" id="run-data">{_json_for_script(data)}</script>
 <script>{_SCRIPT}</script>

@@ -10,17 +10,14 @@ from typing import Any
 
 from engine.records import Step
 
-# Decision layers (issue 33): early pale yellow -> bluish green -> blue at the last layer (the
-# window's ramp), never the top choice grey; ten bands of layer / layers.
-DECISION_BANDS = (
-    "#fff0a8", "#e9efad", "#d3edb3", "#bde8b9", "#a9dfc6",
-    "#a0d8cc", "#98d0d3", "#90c8da", "#88c1e1", "#86bde8",
-)  # fmt: skip
-DECISION_STYLE = "".join(f".d{k} {{ background: {c}; }} " for k, c in enumerate(DECISION_BANDS))
+# Decision layers (issue 33): early pale yellow -> bluish green -> blue at the last layer, never
+# the top choice grey: the window's ramp (engine.palette), ten bands of layer / layers, as the
+# page's colour variables (engine.classroom.share_colours).
+DECISION_STYLE = "".join(f".d{k} {{ background: var(--d{k}); }} " for k in range(10))
 DECISION_STYLE = f"""
 #decided {{ white-space: pre-wrap; font: 1.05rem/1.9 ui-monospace, monospace;
   border: 1px solid var(--line); border-radius: 4px; padding: .6rem .8rem; }}
-{DECISION_STYLE}.dn {{ background: #d6d6dc; }}
+{DECISION_STYLE}.dn {{ background: var(--dn); }}
 """
 
 

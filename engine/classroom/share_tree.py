@@ -2,9 +2,11 @@
 ``<summary>``, no script, nothing fetched). No Qt.
 
 Every node shows its token (spaces as ``␣``, line breaks as ``↵``, so a leading space is
-visible), the model's probability for it (raw, before the sampler; its colour band as on the
-text) and the path log-probability from the prompt down to it. The current path (the node the
-window stood on and its ancestors) is marked and unfolded; other branches start folded.
+visible), the model's probability for it (raw, before the sampler; its colour as in the
+window's Tree tab) and the path log-probability from the prompt down to it (its title: the
+probability per token too, which compares paths of different lengths). The current path (the
+node the window stood on and its ancestors) is marked and unfolded; other branches start
+folded.
 
 A run of nodes with one child each (a plain generated stretch) is drawn as one line, so the
 nesting follows the branch points, not the tokens. Both are bounded, because a tree file may
@@ -22,6 +24,10 @@ import math
 import re
 from typing import Any
 
+from engine.palette import tree_band
+from engine.tree.model import per_token
+from engine.words import count
+
 MAX_PAGE_NODES = 5000  # nodes off the current path; a 3x3 expansion has 39
 MAX_NESTING = 32  # levels of <details> below the prompt
 TOKEN_CHARS = 40
@@ -38,7 +44,9 @@ TREE_STYLE = """
 #tree .tn small { color: var(--muted); margin-left: .25rem; }
 #tree .sw { display: inline-block; width: .6rem; height: .6rem; margin-right: .25rem;
   border-radius: 2px; }
-#tree .cur { font-weight: bold; outline: 2px solid #e4572e; border-radius: 2px; }
+#tree .cur { font-weight: bold; outline: 2px solid var(--accent); border-radius: 2px; }
+#tree .t0 { background: var(--t0); } #tree .t1 { background: var(--t1); }
+#tree .t2 { background: var(--t2); } #tree .t3 { background: var(--t3); }
 #tree .more { color: var(--muted); font-style: italic; }
 """
 
@@ -46,7 +54,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def band(p: float) -> int:
-    """The colour band (0-9) of a probability: the page's ten viridis bands."""
+    """The colour band (0-9) of a probability: the page's ten bands of the window's colours."""
     if not math.isfinite(p):
         return 0
     return min(9, max(0, int(p * 10)))
@@ -79,12 +87,13 @@ def _chip(node: Any, current: bool) -> str:
     cut = _cut(label, TOKEN_CHARS)
     title = (
         f"{label[:TITLE_CHARS]}: model {_pct(node.raw_prob)}, after the sampler "
-        f"{_pct(node.prob)}, path log-probability {_logp(node.path_logprob)}"
+        f"{_pct(node.prob)}, path log-probability {_logp(node.path_logprob)} "
+        f"({_pct(per_token(node.path_logprob, node.depth))} per token)"
     )
     e = html.escape
     return (
         f'<span class="tn{" cur" if current else ""}" title="{e(title)}">'
-        f'<span class="sw b{band(node.raw_prob)}"></span>{e(cut)}'
+        f'<span class="sw t{tree_band(node.raw_prob)}"></span>{e(cut)}'
         f"<small>{_pct(node.raw_prob)} \u00b7 {_logp(node.path_logprob)}</small></span>"
     )
 
@@ -158,9 +167,13 @@ def _notes(left_out: int, too_deep: int) -> str:
     """What the page leaves out, counted."""
     notes = []
     if left_out:
-        notes.append(f"{left_out:,} nodes off the current path are not shown (the page shows "
-                     f"at most {MAX_PAGE_NODES:,})")  # fmt: skip
+        notes.append(f"{count(left_out, 'node')} off the current path {_are(left_out)} not "
+                     f"shown (the page shows at most {MAX_PAGE_NODES:,})")  # fmt: skip
     if too_deep:
-        notes.append(f"{too_deep:,} nodes are more than {MAX_NESTING} branch points deep and "
-                     "not shown")  # fmt: skip
+        notes.append(f"{count(too_deep, 'node')} more than {MAX_NESTING} branch points deep "
+                     f"{_are(too_deep)} not shown")  # fmt: skip
     return "".join(f'<p class="more">{n}.</p>' for n in notes)
+
+
+def _are(n: int) -> str:
+    return "is" if n == 1 else "are"

@@ -69,6 +69,13 @@ class RunTree:
     def leaves(self) -> list[int]:
         return [n.id for n in self.nodes.values() if not n.children and n.id != 0]
 
+    def per_token(self, nid: int) -> float:
+        """The path's probability per token: the geometric mean of the probabilities along the
+        path to ``nid`` (1 / perplexity). Unlike the path's total, which falls with every
+        token, it compares branches of different lengths fairly; 1.0 at the prompt."""
+        node = self.nodes[nid]
+        return per_token(node.path_logprob, node.depth)
+
     def perplexity(self, nid: int) -> float:
         """exp of the mean negative log-probability per token along the path to ``nid``."""
         node = self.nodes[nid]
@@ -165,6 +172,14 @@ class RunTree:
         if self.chat_template is not None:
             return self.chat_template
         return bool(self.settings.get("chat_template", False))
+
+
+def per_token(path_logprob: float, depth: int) -> float:
+    """exp(path_logprob / depth): the geometric mean probability per token of a path of
+    ``depth`` tokens (1.0 for none, and for a mean log-probability above 0; 0.0 for NaN)."""
+    if depth <= 0:
+        return 1.0
+    return math.exp(min(0.0, path_logprob / depth)) if not math.isnan(path_logprob) else 0.0
 
 
 def node_dict(n: Node) -> dict[str, Any]:

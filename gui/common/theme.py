@@ -1,4 +1,5 @@
-"""Colours and fonts for the light and dark themes; the plots read them too."""
+"""Colours and fonts for the light and dark themes; the plots read them too. The colours come
+from engine.palette (the exported web page reads the same ones)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from dataclasses import dataclass
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
+from engine import palette
+from engine.palette import CUT_MARK as CUT_MARK  # the plots import them from here
+from engine.palette import SERVER_BAR as SERVER_BAR
 from gui.common.style import MarkedStyle
 
 
@@ -34,30 +38,12 @@ class Theme:
     target: str = "#ffd8b5"  # speculative: tokens the target model chose
 
 
-SERVER_BAR = "#009e73"  # a served model's own sampler (llama-server), beside ours
 PRESENT_TOP_N = 8  # bars shown as the presentation view opens (more 20 pt labels miss 720 px)
 
-# Okabe-Ito hues (Okabe & Ito 2008, "Color Universal Design"): told apart with every common
-# colour-vision deficiency; no red-versus-green pair carries meaning anywhere in the window.
-# Rank buckets run blue -> yellow -> orange -> purple; probability runs orange (low) -> blue.
-LIGHT = Theme(
-    name="light", window="#f4f4f6", base="#ffffff", text="#1b1b1f", muted="#5f5f6a",
-    accent="#0072b2", raw_bar="#56b4e9", kept_bar="#e69f00", cut_bar="#8c8c96",
-    chosen="#1b1b1f", plot_bg="#ffffff", grid_alpha=0.25,
-    buckets=("#bfe0f5", "#f7ecA0", "#f5c98c", "#e2b3d3"),
-    prob_low="#f5c98c", prob_high="#bfe0f5", forced="#c9e8dc",
-    draft="#bfe0f5", target="#f5c98c",
-)  # fmt: skip
-
-DARK = Theme(
-    name="dark", window="#1e1f24", base="#16171b", text="#ececf1", muted="#a4a4b0",
-    accent="#56b4e9", raw_bar="#56b4e9", kept_bar="#e69f00", cut_bar="#b4b4be",
-    chosen="#ffffff", plot_bg="#16171b", grid_alpha=0.3,
-    buckets=("#1d5275", "#6b6114", "#7f4a12", "#633057"),
-    prob_low="#7f4a12", prob_high="#1d5275", forced="#0d6650", draft="#1d5275", target="#7f4a12",
-)  # fmt: skip
-
-CUT_MARK = "#cc79a7"  # Okabe-Ito reddish purple: the line where the filters cut
+# The colours themselves live in engine.palette, which the exported web page reads too: one
+# palette for the window and its page (issue 54).
+LIGHT = Theme(**palette.LIGHT)
+DARK = Theme(**palette.DARK)
 
 THEMES = {"light": LIGHT, "dark": DARK}
 BUCKET_LABELS = ("top-1", "top-10", "top-100", "rest")
@@ -84,6 +70,21 @@ def mix(low: str, high: str, t: float) -> QColor:
     )
 
 
+def _luminance(colour: str) -> float:
+    """WCAG 2.1 relative luminance of a ``#rrggbb`` colour."""
+    channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def text_on(colour: str) -> str:
+    """White or near-black, whichever reads better on ``colour`` (the selected row's text on
+    the dark theme's sky blue was white at 2.3:1; near-black reads at 8:1)."""
+    light = _luminance(colour)
+    on_white, on_black = 1.05 / (light + 0.05), (light + 0.05) / (_luminance("#16171b") + 0.05)
+    return "#ffffff" if on_white >= on_black else "#16171b"
+
+
 def apply_palette(app: QApplication, theme: Theme) -> None:
     style = app.style()
     if not isinstance(style, MarkedStyle):
@@ -101,7 +102,7 @@ def apply_palette(app: QApplication, theme: Theme) -> None:
     pal.setColor(QPalette.ColorRole.ToolTipBase, QColor(theme.base))
     pal.setColor(QPalette.ColorRole.ToolTipText, QColor(theme.text))
     pal.setColor(QPalette.ColorRole.Highlight, QColor(theme.accent))
-    pal.setColor(QPalette.ColorRole.HighlightedText, QColor("#ffffff"))
+    pal.setColor(QPalette.ColorRole.HighlightedText, QColor(text_on(theme.accent)))
     pal.setColor(QPalette.ColorRole.PlaceholderText, QColor(theme.muted))
     pal.setColor(QPalette.ColorRole.Link, QColor(theme.accent))
     app.setPalette(pal)

@@ -11,6 +11,7 @@ import numpy as np
 from PySide6.QtWidgets import QLabel
 
 from engine.records import SPEC_DRAFT, SPEC_NGRAM, RunSummary, SpeculativeReport, Step
+from engine.words import count
 from gui.common.step_text import bits, step_summary
 from gui.common.theme import BUCKET_LABELS, CUT_MARK, Theme
 from gui.common.token_pane import COLOR_BY_DECISION, COLOR_BY_RANK, decision_legend
@@ -159,7 +160,7 @@ class RunView:
         marker = self.selected + 1 if self.selected is not None else None
         speed.mark(marker)
         entropy.mark(marker)
-        self.rate_label.setText(f"{len(steps)} tokens · {text}")
+        self.rate_label.setText(f"{count(len(steps), 'token')} · {text}")
 
     # -- colours -----------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ wires them."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -13,19 +14,17 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
-    QProgressBar,
     QPushButton,
     QScrollArea,
     QSizePolicy,
     QSpinBox,
     QSplitter,
-    QStatusBar,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from gui.common.fitting import ElidedCombo, ElidedLabel, OneLineLabel
+from gui.common.fitting import ElidedCombo, OneLineLabel
 from gui.common.series_plot import SeriesPlot
 from gui.common.step_text import step_summary
 from gui.common.token_pane import COLOR_BY_PROB, COLOR_BY_RANK, TokenPane
@@ -36,6 +35,7 @@ from gui.experiments.tabs import ExperimentTabs
 from gui.run.beam_tree import BeamTreePanel, BeamTreeView
 from gui.run.compare_view import CompareView
 from gui.run.plots import DistributionPlot
+from gui.shell.status import StatusArea as StatusArea  # the window builds it with the areas
 from gui.tree.view import TreeView
 
 
@@ -73,31 +73,6 @@ class ControlsColumn(QScrollArea):
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         guard_wheel(self)  # the wheel scrolls the column; it changes a setting only on purpose
-
-
-class StatusArea:
-    """The status bar's parts: the model, a busy bar, the latest message, the speed."""
-
-    def __init__(self, bar: QStatusBar) -> None:
-        self.model = QLabel("No model")
-        self.busy = QProgressBar()
-        self.busy.setRange(0, 0)
-        self.busy.setMaximumWidth(140)
-        self.busy.hide()
-        # Long messages must never widen the window: the label shrinks and elides; messages may
-        # quote <special> tokens, so they are plain text.
-        self.text = ElidedLabel("")
-        self.rate = QLabel("")
-        self.rate.setContentsMargins(16, 0, 4, 0)  # apart from the message beside it
-        # one short line while the engine runs on fewer threads because the machine is busy
-        self.threads = QLabel("")
-        self.threads.setObjectName("threads_note")
-        self.threads.hide()
-        bar.addWidget(self.model)
-        bar.addWidget(self.busy)
-        bar.addWidget(self.text, 1)
-        bar.addPermanentWidget(self.threads)
-        bar.addPermanentWidget(self.rate)
 
 
 class PromptBox(QGroupBox):
@@ -266,8 +241,28 @@ class PlotArea(QSplitter):
         self.addWidget(self.curves)
         self.setStretchFactor(0, 3)
         self.setStretchFactor(1, 2)
+        # No divider drags a pane to nothing (a drag up left the tabs at 0 px, one down the
+        # curves, brought back only by finding a 4 px handle): each keeps a few lines of room.
+        for split in (self, self.curves):
+            split.setChildrenCollapsible(False)
+        self.fit_minimum()
         self.curves_allowed = True
         self.tabs.currentChanged.connect(lambda _i: self.fit_curves(self.curves_allowed))
+
+    def fit_minimum(self) -> None:
+        """The least room a drag leaves: the tabs 12 lines of text high (the distribution's
+        lines and a plot under them; at 8 the plot was gone), each curve 5 lines high and 10
+        characters wide (an axis, its title and a few ticks read)."""
+        metrics = QFontMetrics(self.font())
+        line, char = metrics.lineSpacing(), metrics.averageCharWidth()
+        self.tabs.setMinimumHeight(12 * line)
+        for plot in (self.speed, self.entropy):
+            plot.setMinimumSize(10 * char, 5 * line)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # the presentation view, A+ / A-
+            self.fit_minimum()
 
     def fit_curves(self, allowed: bool = True) -> None:
         """The speed and entropy curves are the run's: hidden (their room to the tab) while

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog
 from engine.records import SAMPLING, ChoiceHistory
 from engine.tree import RunTree, TreeFormatError
 from engine.tree.options import ExpandOptions
+from engine.words import count
 from gui.common.actions import ActionSpec
 from gui.core.session import Session
 from gui.core.tree_track import path_copy
@@ -109,8 +110,8 @@ class TreeActions(QObject):
         w.views.apply(change, busy=False)
         w.update_actions()
         self.redraw(force=True)
-        w.say(f"At node {nid}: {len(store.steps)} tokens. Continue, Step or "
-                              "click a bar to go on from here.")  # fmt: skip
+        w.say(f"At node {nid}: {count(len(store.steps), 'token')}. Continue, Step or "
+              "click a bar to go on from here.")  # fmt: skip
 
     @Slot(str)
     def move(self, kind: str) -> None:
@@ -207,7 +208,7 @@ class TreeActions(QObject):
         node = tree.nodes[tree.cursor]
         words = " ".join(tree.path_text().split())
         tail = words if len(words) <= 60 else "…" + words[-59:]
-        return (f"node {node.id}, after “{tail}” ({node.depth} tokens, path "
+        return (f"node {node.id}, after “{tail}” ({count(node.depth, 'token')}, path "
                 f"{path_percent(node.path_logprob)})")  # fmt: skip
 
     def expand(self, opts: ExpandOptions) -> bool:
@@ -255,8 +256,8 @@ class TreeActions(QObject):
             self.redraw(force=True)
             stopped = " (stopped)" if stats.stopped else ""
             budget = f"; stopped at the node budget of {stats.budget:,}" if stats.limited else ""
-            w.say(f"Expanded{stopped}: {added} nodes added in "
-                                  f"{stats.forwards} forward passes{budget}.")  # fmt: skip
+            passes = count(stats.forwards, "forward pass", "forward passes")
+            w.say(f"Expanded{stopped}: {count(added, 'node')} added in {passes}{budget}.")
 
         w.plots.tabs.setCurrentWidget(self.view)
         return self.runner.job("expand", work, done)
@@ -327,7 +328,7 @@ class TreeActions(QObject):
         w.plots.tabs.setCurrentWidget(self.view)
         w.update_actions()
         self.redraw(force=True)
-        w.say(f"Opened a tree of {len(tree.nodes) - 1} nodes.")
+        w.say(f"Opened a tree of {count(len(tree.nodes) - 1, 'node')}.")
 
     def open_tree_file(self, path: str | None = None) -> bool:
         from engine.validate import InputError
@@ -381,7 +382,7 @@ class TreeActions(QObject):
         except (OSError, ValueError) as exc:
             self.w.show_error(f"Could not save the tree to {path}:\n{exc}")
             return False
-        self.w.say(f"Saved the tree ({len(tree.nodes) - 1} nodes) to {path}")
+        self.w.say(f"Saved the tree ({count(len(tree.nodes) - 1, 'node')}) to {path}")
         return True
 
 

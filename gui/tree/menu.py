@@ -6,6 +6,12 @@ from typing import Any
 
 from gui.common.actions import ActionSpec, Place
 
+# Branches compare by their probability per token (issue 54): by the total, which falls with
+# every token, the shortest branch would always be the most likely.
+LIKELIEST = ("The leaf whose path has the highest probability per token (a path's total falls "
+             "with every token)")  # fmt: skip
+UNLIKELIEST = "The leaf whose path has the lowest probability per token"
+
 
 def tree_specs(self: Any) -> list[ActionSpec]:  # gui.tree.actions.TreeActions
     """The Tree menu, Open / Save tree in File too, and Edit's Undo / Redo choice, as data
@@ -40,10 +46,10 @@ def tree_specs(self: Any) -> list[ActionSpec]:  # gui.tree.actions.TreeActions
              "What counts as a fork"),
         tree("tree_root", "Go to the prompt", lambda: self.goto(0), "go", 0,
              "The tree's root: the prompt"),
-        tree("likeliest", "Most likely branch", lambda: self.view.go_to_extreme(True), "go",
-             1, "The leaf whose whole path is the most likely"),
-        tree("unlikeliest", "Least likely branch", lambda: self.view.go_to_extreme(False),
-             "go", 2, "The leaf whose whole path is the least likely"),
+        tree("likeliest", "Most likely branch per token", lambda: self.view.go_to_extreme(True),
+             "go", 1, LIKELIEST),
+        tree("unlikeliest", "Least likely branch per token",
+             lambda: self.view.go_to_extreme(False), "go", 2, UNLIKELIEST),
         *(tree(aid, text, lambda m=move: self.move(m), "go", 3 + i,
                f"Move along the tree: {text}", keys)
           for i, (aid, text, keys, move) in enumerate(moves)),

@@ -2,66 +2,70 @@
 
 The first row is the prompt (Home goes there); under it one row per stretch of the tree that
 does not fork (a sampled run of 200 tokens with two choices made is three rows, not 200 levels
-of indent), each showing its whole text, wrapped. Beside it the first token's probability,
-coloured by it, and the path's probability in percent, its log p and perplexity. The rows of
-the current path are bold and the row you stand on is selected. The branches can be ordered
-most (or least) likely first, and one click goes to the most or least likely branch. Click a
-row to go there, fold and unfold with the arrows beside the rows, move with the keys (Up/Down:
-the row above or below, Left: the row it grows from, Right: back down, Home: the prompt). The
-view only reads the tree (``show``, on the window's redraw timer); what the user asks for
-leaves as signals, for the window's controller."""
+of indent). Each row shows its text on one line, so the tree's shape fits the screen ("Whole
+text" wraps each row's whole stretch instead; the hover always holds it). Beside it the first
+token's probability, coloured by it, and the path's probability per token (the geometric mean:
+how branches of different lengths compare, since a path's total falls with every token) beside
+the total in percent and its log p. The rows of the current path are bold and the row you stand
+on is selected. The branches can be ordered most (or least) likely per token first, and one
+click goes to the most or least likely branch per token. Click a row to go there, fold and
+unfold with the arrows beside the rows, move with the keys (Up/Down: the row above or below,
+Left: the row it grows from, Right: back down, Home: the prompt). The view only reads the tree
+(``show``, on the window's redraw timer); what the user asks for leaves as signals, for the
+window's controller."""
 
 from __future__ import annotations
 
 import html
 from typing import Any
 
-from PySide6.QtCore import QEvent, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QKeyEvent, QResizeEvent
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
     QSizePolicy,
-    QStyledItemDelegate,
-    QStyleOptionViewItem,
-    QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from engine.palette import TREE_BANDS
+from engine.words import count
 from gui.common.step_text import pct
+from gui.tree.outline import Outline
 from gui.tree.rows import (
     AS_MADE,
     ORDERS,
     extreme_leaf,
+    here_text,
     path_percent,
+    per_token,
     prompt_text,
+    row_tip,
     rows_of,
     stretch_text,
     token_label,
 )
 
-# Okabe-Ito hues (as the rest of the window): probability runs reddish purple (rare) -> orange
-# -> yellow -> sky blue (likely); black text reads on each of them in both themes.
-PROB_COLOURS = (
-    (0.5, "#56b4e9", "≥ 50%"),
-    (0.2, "#f0e442", "20–50%"),
-    (0.05, "#e69f00", "5–20%"),
-    (0.0, "#cc79a7", "< 5%"),
-)
-COLUMNS = ("Text", "p", "path", "log p", "ppl")
+# The window's palette (engine.palette, the web page's too): probability runs reddish purple
+# (rare) -> orange -> yellow -> sky blue (likely); black text reads on each in both themes.
+PROB_COLOURS = TREE_BANDS
+COLUMNS = ("Text", "p", "per token", "path", "log p")
 NUMBERS = (1, 2, 3, 4)
-COMPACT_HIDDEN = (4,)  # the presentation view: perplexity hides (log p tells deep paths apart)
-KEYS = {
-    Qt.Key.Key_Left: "parent",
-    Qt.Key.Key_Right: "child",
-    Qt.Key.Key_Down: "next",
-    Qt.Key.Key_Up: "previous",
-    Qt.Key.Key_Home: "root",
+COMPACT_HIDDEN = (4,)  # the presentation view: log p hides (per token and path stay)
+HEADER_TIPS = {
+    1: "The probability the model gave the row's first token (raw, before the sampler)",
+    2: "The path's probability per token, prompt to row end: the geometric mean of its "
+    "tokens' probabilities (1 / perplexity). Branches of different lengths compare by it: "
+    "Most likely, Least likely and the order use it.",
+    3: "The probability of the whole path, prompt to row end: it falls with every token, so a "
+    "longer branch always has less in all",
+    4: "The whole path's log-probability (natural log)",
 }
 NODE = Qt.ItemDataRole.UserRole  # the row's last node id
 
@@ -72,54 +76,6 @@ def prob_colour(p: float) -> str:
     return next(c for low, c, _ in PROB_COLOURS if p >= low)
 
 
-class _WrapText(QStyledItemDelegate):
-    """The text column's rows as tall as their wrapped text at the column's width (a tree
-    view's own size hint ignores the width and the default delegate then elides)."""
-
-    def __init__(self, view: QTreeWidget) -> None:
-        super().__init__(view)
-        self.view = view
-
-    def initStyleOption(self, option: QStyleOptionViewItem, index: Any) -> None:  # noqa: N802
-        super().initStyleOption(option, index)
-        option.features |= QStyleOptionViewItem.ViewItemFeature.WrapText
-
-    def sizeHint(self, option: QStyleOptionViewItem, index: Any) -> QSize:  # noqa: N802
-        hint = super().sizeHint(option, index)
-        if index.column() != 0:
-            return hint
-        depth, up = 0, index.parent()
-        while up.isValid():
-            depth, up = depth + 1, up.parent()
-        room = self.view.columnWidth(0) - self.view.indentation() * (depth + 1) - 8
-        drawn = QStyleOptionViewItem(option)
-        self.initStyleOption(drawn, index)  # the font as painted: the row's bold on the view's
-        rect = QFontMetrics(drawn.font).boundingRect(
-            QRect(0, 0, max(40, room), 100_000), int(Qt.TextFlag.TextWordWrap), drawn.text
-        )
-        return QSize(hint.width(), max(hint.height(), rect.height() + 4))
-
-
-class _Outline(QTreeWidget):
-    key_move = Signal(str)
-
-    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
-        move = KEYS.get(Qt.Key(event.key()))
-        if move is not None and not event.modifiers():
-            self.key_move.emit(move)
-            event.accept()
-            return
-        super().keyPressEvent(event)
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
-        super().resizeEvent(event)
-        self.scheduleDelayedItemsLayout()  # wrapped rows take the new width's height
-
-    def relayout(self, *_args: object) -> None:
-        """A column was resized: the wrapped rows are measured again."""
-        self.scheduleDelayedItemsLayout()
-
-
 class TreeView(QWidget):
     node_clicked = Signal(int)
     expand_requested = Signal()
@@ -127,23 +83,7 @@ class TreeView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.expand_button = _button("Expand…", "Grow the tree from the node you stand on: "
-                                     "the likely next tokens, a few deep.")  # fmt: skip
-        self.prev_fork = _button("◀ Fork", "The previous step where the model hesitated")
-        self.next_fork = _button("Fork ▶", "The next step where the model hesitated")
-        self.most_likely = _button("Most likely", "Go to the most likely branch: the leaf "
-                                   "whose whole path has the highest probability")  # fmt: skip
-        self.most_likely.setObjectName("tree_most_likely")
-        self.least_likely = _button("Least likely", "Go to the least likely branch")
-        self.least_likely.setObjectName("tree_least_likely")
-        self.order = QComboBox()
-        self.order.setObjectName("tree_order")
-        for key, text in ORDERS:
-            self.order.addItem(text, key)
-        self.order.setToolTip(
-            "The order of the branches under each row: as they were made, or by the "
-            "probability of the best (worst) path under them"
-        )
+        self._make_controls()
         self.info = QLabel("")
         self.info.setObjectName("tree_info")
         self.info.setWordWrap(True)
@@ -157,11 +97,12 @@ class TreeView(QWidget):
         )
         self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.info.setText(f"p: {self.key}")
-        self.outline = _Outline()
+        self.outline = Outline()
         self._build_outline()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(_row(self.expand_button, self.prev_fork, self.next_fork))
+        layout.addLayout(_row(self.expand_button, self.prev_fork, self.next_fork, None,
+                              self.whole_text))  # fmt: skip
         layout.addLayout(_row(self.most_likely, self.least_likely, None, self.order))
         layout.addWidget(self.info)
         layout.addWidget(self.outline, 1)
@@ -171,6 +112,7 @@ class TreeView(QWidget):
         self.most_likely.clicked.connect(lambda: self.go_to_extreme(True))
         self.least_likely.clicked.connect(lambda: self.go_to_extreme(False))
         self.order.currentIndexChanged.connect(lambda _i: self.show_tree(self._tree, True))
+        self.whole_text.toggled.connect(self.outline.show_whole_text)
         self.outline.key_move.connect(self._key_move)
         self.outline.itemClicked.connect(self._clicked)
         self._tree: Any = None
@@ -181,17 +123,42 @@ class TreeView(QWidget):
         self._trail: int | None = None  # the row the keys came up from: Right goes back to it
         self.compact = False
 
+    def _make_controls(self) -> None:
+        self.expand_button = _button("Expand…", "Grow the tree from the node you stand on: "
+                                     "the likely next tokens, a few deep.")  # fmt: skip
+        self.prev_fork = _button("◀ Fork", "The previous step where the model hesitated")
+        self.next_fork = _button("Fork ▶", "The next step where the model hesitated")
+        # short names: "… per token" made the tab 160 px wider than a 1024 px screen allows
+        # (the tips, the "per token" column and the Tree menu's items say it)
+        self.most_likely = _button("Most likely", "Go to the most likely branch per token: the "
+                                   "leaf whose path has the highest probability per token (a "
+                                   "path's total falls with every token, so by the total the "
+                                   "shortest branch would always win)")  # fmt: skip
+        self.most_likely.setObjectName("tree_most_likely")
+        self.least_likely = _button("Least likely", "Go to the least likely branch per token: "
+                                    "the leaf whose path has the lowest probability per "
+                                    "token")  # fmt: skip
+        self.least_likely.setObjectName("tree_least_likely")
+        self.whole_text = QCheckBox("Whole text")
+        self.whole_text.setObjectName("tree_whole_text")
+        self.whole_text.setToolTip("Each row's whole text, wrapped (the rows grow tall); "
+                                   "unticked: one line per row, so the tree's shape shows, "
+                                   "the whole text on hover")  # fmt: skip
+        self.order = QComboBox()
+        self.order.setObjectName("tree_order")
+        for key, text in ORDERS:
+            self.order.addItem(text, key)
+        self.order.setToolTip(
+            "The order of the branches under each row: as they were made, or by the "
+            "probability per token of the best (worst) path under them"
+        )
+
     def _build_outline(self) -> None:
         out = self.outline
         out.setObjectName("tree_outline")
         out.setHeaderLabels(list(COLUMNS))
-        out.headerItem().setToolTip(2, "The probability of the whole path, prompt to row end")
-        out.headerItem().setToolTip(3, "The path's log-probability (natural log)")
-        out.headerItem().setToolTip(4, "The path's perplexity: exp of the mean surprise per token")
-        out.setWordWrap(True)  # a row shows its whole stretch, wrapped between words
-        out.setTextElideMode(Qt.TextElideMode.ElideNone)
-        out.setUniformRowHeights(False)
-        out.setItemDelegateForColumn(0, _WrapText(out))
+        for col, tip in HEADER_TIPS.items():
+            out.headerItem().setToolTip(col, tip)
         out.setIndentation(14)
         header = out.header()
         header.setStretchLastSection(False)
@@ -236,7 +203,7 @@ class TreeView(QWidget):
         out.setUpdatesEnabled(True)
 
     def set_compact(self, on: bool) -> None:
-        """The presentation view: the text, the percentages and log p (perplexity hides)."""
+        """The presentation view: the text and the percentages (log p hides)."""
         self.compact = on
         for col in COMPACT_HIDDEN:
             self.outline.setColumnHidden(col, on)
@@ -260,7 +227,7 @@ class TreeView(QWidget):
 
     def _root_item(self, tree: Any) -> QTreeWidgetItem:
         prompt = tree.nodes[0].text
-        item = QTreeWidgetItem([f"Prompt: {prompt_text(prompt)}", "", "100%", "0.00", "1.00"])
+        item = QTreeWidgetItem([f"Prompt: {prompt_text(prompt)}", "", "100%", "100%", "0.00"])
         item.setData(0, NODE, 0)
         item.setToolTip(0, _tip(f"The prompt: {prompt[:2000]}", "Home goes here."))
         for col in NUMBERS:
@@ -269,25 +236,18 @@ class TreeView(QWidget):
 
     def _item(self, tree: Any, row: list[int]) -> QTreeWidgetItem:
         first, last = tree.nodes[row[0]], tree.nodes[row[-1]]
-        text = "".join(tree.nodes[n].text for n in row)
-        more = f"  (+{len(row) - 1} tokens)" if len(row) > 1 else ""
-        ppl = tree.perplexity(last.id)
-        cells = [stretch_text(text) + more, pct(first.raw_prob), path_percent(last.path_logprob),
-                 f"{last.path_logprob:.2f}", f"{ppl:.2f}"]  # fmt: skip
+        text = "".join(tree.nodes[n].text for n in row)  # its token count: on hover
+        cells = [stretch_text(text), pct(first.raw_prob), pct(per_token(tree, last.id)),
+                 path_percent(last.path_logprob), f"{last.path_logprob:.2f}"]  # fmt: skip
         item = QTreeWidgetItem(cells)
         item.setData(0, NODE, last.id)
         item.setBackground(1, QBrush(QColor(prob_colour(first.raw_prob))))
         item.setForeground(1, QBrush(QColor("#000000")))
         for col in NUMBERS:
             item.setTextAlignment(col, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
-        leaf = "a leaf: the end of a branch" if not last.children else "a fork below"
-        item.setToolTip(0, _tip(
-            text[:2000],
-            f"p raw {pct(first.raw_prob)} · after the sampler {pct(first.prob)} · entropy "
-            f"{first.entropy_raw:.2f} bits",
-            f"path {path_percent(last.path_logprob)} (log p {last.path_logprob:.3f}) · "
-            f"perplexity {ppl:.2f} · {last.depth} tokens · {leaf}",
-        ))  # fmt: skip
+        tip = _tip(*row_tip(tree, row))
+        for col in range(len(COLUMNS)):  # the whole row answers a hover
+            item.setToolTip(col, tip)
         return item
 
     def _mark(self, tree: Any) -> None:
@@ -310,15 +270,10 @@ class TreeView(QWidget):
         self.outline.blockSignals(False)
         if current is not None:
             self.outline.scrollToItem(current)
-        node = tree.nodes[tree.cursor]
-        here = (
-            f"here: {node.depth} tokens, path {path_percent(node.path_logprob)} (log p "
-            f"{node.path_logprob:.2f}), perplexity {tree.perplexity(node.id):.2f}"
-            if node.depth
-            else "at the prompt"
+        size = (
+            f"{count(len(tree.nodes) - 1, 'node')}, {count(len(tree.leaves()), 'leaf', 'leaves')}"
         )
-        count = f"{len(tree.nodes) - 1} nodes, {len(tree.leaves())} leaves"
-        self.info.setText(f"{count} · {html.escape(here)} · p: {self.key}")
+        self.info.setText(f"{size} · {html.escape(here_text(tree))} · p: {self.key}")
 
     @staticmethod
     def _set_bold(item: QTreeWidgetItem, on: bool) -> None:
@@ -386,4 +341,5 @@ def _row(*widgets: QWidget | None) -> QHBoxLayout:
 
 def _tip(*lines: str) -> str:
     """A rich-text tooltip whose token text shows as text (a token "<b>" is not bold)."""
-    return "<p style='white-space:pre-wrap'>" + "<br>".join(map(html.escape, lines)) + "</p>"
+    shown = (html.escape(line, quote=False) for line in lines)
+    return "<p style='white-space:pre-wrap'>" + "<br>".join(shown) + "</p>"

@@ -14,7 +14,8 @@ import pytest
 from engine.classroom.export import run_to_dict, run_to_json
 from engine.classroom.lessons import LESSONS_DIR
 from engine.classroom.share import run_to_html, write_run_html
-from engine.classroom.share_tree import MAX_NESTING, MAX_PAGE_NODES, band
+from engine.classroom.share_tree import MAX_NESTING, MAX_PAGE_NODES
+from engine.palette import tree_band
 from engine.records import Candidate, Step
 from engine.tree import RunTree
 
@@ -69,7 +70,7 @@ class Shape(HTMLParser):
         if tag == "span" and "tn" in (a.get("class") or "").split():
             self.chips.append({"cur": "cur" in a["class"].split(), "title": a["title"], "t": ""})
             self._in.append("tn")
-        elif tag == "span" and (a.get("class") or "").startswith("sw b"):
+        elif tag == "span" and (a.get("class") or "").startswith("sw t"):
             self.chips[-1]["band"] = int(a["class"][4:])
             self._in.append("sw")
         elif tag == "small":
@@ -105,7 +106,7 @@ def shape(page: str) -> Shape:
 
 
 def left_out(page: str) -> int:
-    notes = re.findall(r'<p class="more">([\d,]+) nodes', section(page))
+    notes = re.findall(r'<p class="more">([\d,]+) nodes?', section(page))
     return sum(int(n.replace(",", "")) for n in notes)
 
 
@@ -135,7 +136,7 @@ def test_every_node_shows_token_probability_and_path_logprob_in_order():
         pct, logp = chip["small"].split(" \u00b7 ")
         assert math.isclose(float(pct.rstrip("%")) / 100, n.raw_prob, abs_tol=6e-4)
         assert math.isclose(float(logp.replace("\u2212", "-")), n.path_logprob, abs_tol=6e-3)
-        assert chip["band"] == band(n.raw_prob)
+        assert chip["band"] == tree_band(n.raw_prob)  # the window's Tree tab's colours
         assert chip["cur"] == (nid in tree.path())
     assert sum(c["cur"] for c in s.chips) == len(tree.path()) == 3
 

@@ -65,13 +65,16 @@ def test_tree_rows_wrap_in_the_presentation_view(qtbot, window):
     window.tree.redraw(force=True)
     outline = window.plots.tree_view.outline
     item = outline.topLevelItem(0).child(0)
+    # one line per row (the outline, issue 54), its whole text on hover; "Whole text" wraps
+    assert " ".join(words) in item.toolTip(0)
+    window.plots.tree_view.whole_text.setChecked(True)
     qtbot.waitUntil(lambda: outline.visualItemRect(item).height() > 0)
     width = outline.columnWidth(0) - 2 * outline.indentation()
     metrics = QFontMetrics(item.font(0).resolve(outline.font()))  # as drawn: 20 pt, bold
     lines = metrics.horizontalAdvance(item.text(0)) // max(1, width) + 1
     assert lines > 1 and "…" not in item.text(0)
     qtbot.waitUntil(lambda: outline.visualItemRect(item).height() >= lines * metrics.height())
-    assert outline.isColumnHidden(4)  # perplexity: room for the text
+    assert outline.isColumnHidden(4)  # log p: room for the text
 
 
 def test_a_sweeps_rows_in_compare_read_whole(qtbot, window):

@@ -1,8 +1,9 @@
 """Issue 34, item 2: the Tree tab answers "which branch is most likely?" by looking: a row for
-the prompt (Home goes there), each row's whole stretch of text (wrapped, never cut inside a
-word), the path's probability in percent beside log p and perplexity ("<0.1%", never "0%"),
-the leaves ordered by path probability, one action to the most and least likely branch, the
-keys on every row, the Expand dialog naming its node, token text in tooltips shown as text."""
+the prompt (Home goes there), each row's whole stretch of text (never cut inside a word), the
+path's probability per token beside its total in percent and log p ("<0.1%", never "0%"), the
+leaves ordered by probability per token (issue 54: by the total the shortest branch always
+won), one action to the most and least likely branch, the keys on every row, the Expand dialog
+naming its node, token text in tooltips shown as text."""
 
 import math
 from dataclasses import replace
@@ -76,30 +77,38 @@ def test_a_root_row_whole_stretches_and_path_percent(qtbot, window):
         while start.parent not in (0, None) and len(tree.nodes[start.parent].children) == 1:
             start = tree.nodes[start.parent]
         text = "".join(tree.nodes[n].text for n in tree.path(end.id)[start.depth - 1 :])
-        assert item.text(0).split("  (+")[0].replace("␣", " ") == text  # whole, not cut
-        assert item.text(2) == pct(math.exp(end.path_logprob))
-        assert item.text(3) == f"{end.path_logprob:.2f}" and item.text(4)
+        assert item.text(0).replace("␣", " ") == text  # whole, not cut
+        assert item.text(2) == pct(math.exp(end.path_logprob / end.depth))  # per token
+        assert item.text(3) == pct(math.exp(end.path_logprob))  # the whole path
+        assert item.text(4) == f"{end.path_logprob:.2f}"
         assert item.text(1) == pct(start.raw_prob)
     rare = next(i for i in shown if i.text(1) == "0.2%")  # p 0.002 read "0%" before
-    assert rare.text(2) == "<0.1%" and "0%" not in (rare.text(1), rare.text(2))
+    assert rare.text(3) == "<0.1%" and "0%" not in (rare.text(1), rare.text(3))
 
 
 def test_the_most_likely_branch_is_one_action_and_the_leaves_sort(qtbot, window):
     tree, view = grow(window)
     leaves = tree.leaves()
-    best = max(leaves, key=lambda n: tree.nodes[n].path_logprob)
-    worst = min(leaves, key=lambda n: tree.nodes[n].path_logprob)
+
+    def per_token(n):
+        return math.exp(tree.nodes[n].path_logprob / tree.nodes[n].depth)
+
+    best, worst = max(leaves, key=per_token), min(leaves, key=per_token)
+    # the 16-token path (80% per token) beats the 12-token one, more likely in all (2.9%
+    # against 2.8%) only for being shorter
+    assert tree.nodes[best].depth == 16
+    assert tree.nodes[best].path_logprob < max(tree.nodes[n].path_logprob for n in leaves)
     view.most_likely.click()
     assert tree.cursor == best and view.outline.currentItem().data(0, NODE) == best
-    assert view.outline.currentItem().text(2) == pct(math.exp(tree.nodes[best].path_logprob))
+    assert view.outline.currentItem().text(2) == pct(per_token(best)) == "80%"
     view.least_likely.click()
     assert tree.cursor == worst
     for order, pick in (("likely", max), ("unlikely", min)):
         view.order.setCurrentIndex(view.order.findData(order))
         shown = [i.data(0, NODE) for i in rows(view.outline) if not i.childCount()]
-        logps = [tree.nodes[n].path_logprob for n in shown]
-        assert sorted(shown) == sorted(leaves) and logps == sorted(logps, reverse=order == "likely")
-        assert shown[0] == pick(leaves, key=lambda n: tree.nodes[n].path_logprob)
+        means = [per_token(n) for n in shown]
+        assert sorted(shown) == sorted(leaves) and means == sorted(means, reverse=order == "likely")
+        assert shown[0] == pick(leaves, key=per_token)
 
 
 def test_the_keys_move_on_every_row_and_home_goes_to_the_prompt(qtbot, window):

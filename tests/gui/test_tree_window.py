@@ -242,11 +242,11 @@ def test_the_tree_tab_draws_rows_colours_the_path_and_folds(qtbot, window):
     # branches under that
     assert outline.topLevelItemCount() == 1 and outline.topLevelItem(0).childCount() == 1
     top = outline.topLevelItem(0).child(0)
-    assert top.text(0).startswith("<10><11>") and "+1 tokens" in top.text(0)
+    assert top.text(0) == "<10><11>" and "2 tokens (steps 1–2)" in top.toolTip(0)
     kids = [top.child(i) for i in range(top.childCount())]
-    assert [k.text(0) for k in kids] == ["<12><13>  (+1 tokens)", "<77>"]
+    assert [k.text(0) for k in kids] == ["<12><13>", "<77>"]
     assert kids[1].background(1).color().name() == prob_colour(0.03) != prob_colour(0.9)
-    assert kids[1].text(2) and kids[1].text(3)  # a leaf: path log p and perplexity
+    assert kids[1].text(2) and kids[1].text(3) and kids[1].text(4)  # per token, path, log p
     assert top.font(0).bold() and kids[1].font(0).bold() and not kids[0].font(0).bold()
     assert outline.currentItem() is kids[1] and kids[1].data(0, NODE) == store.tree.cursor
     outline.collapseItem(top)  # fold: the branches hide, the tree is unchanged
