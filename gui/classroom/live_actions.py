@@ -4,15 +4,16 @@ round is open). ``LiveActions`` is given ``LiveNeeds``, never the window.
 
 Ask peeks at the model's next-token distribution on the worker (the run does not move) and
 sends the question; Reveal makes the step (in "be the sampler", then takes the class's token
-there, the tree's own branch for one token), reads the guesses with the model's tokenizer on
-the worker, scores every answer and sends each student their own result. The server's events
-reach the window through a queue drained on the display clock (``tick``): the window never
-waits on the network."""
+there, the tree's own branch for one token, its record marked as the class's choice), reads
+the guesses with the model's tokenizer on the worker, scores every answer, sends each student
+their own result and draws the class's answers as bars of their own beside the model's. The
+server's events reach the window through a queue drained on the display clock (``tick``): the
+window never waits on the network. A lesson's live stage (``lesson_stage``) opens the round
+and asks in its mode; Score the text sets what the class wrote as the sampler beside
+the model's greedy and sampled texts (``engine.classroom.live_sampler``)."""
 
 from __future__ import annotations
 
-import csv
-import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,11 +24,14 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QDockWidget, QFileDialog
 
 from engine.classroom import live_messages as say_to
-from engine.classroom.live import SAMPLER, Distribution, LiveRound, Reveal
+from engine.classroom.live import SAMPLER, Distribution, LiveRound, Reveal, class_span
+from engine.classroom.live_export import write_round
 from engine.classroom.live_server import LiveServer, lan_addresses
+from engine.records import CLASS
 from gui.classroom.live_panel import LivePanel, visible
 from gui.common.actions import ActionSpec, Place
 from gui.core.session import Session
+from gui.run.api import show_class
 
 if TYPE_CHECKING:
     from gui.run.api import RunView
@@ -67,6 +71,7 @@ class LiveActions:
         self.pending: str | None = None  # "step" / "branch": a reveal waits for that job
         self.class_choice: int | None = None
         self.class_steps: dict[int, int] = {}  # step index -> the token the class chose
+        self.text_result: Any = None  # the class's text scored (live_sampler.TextComparison)
         self.rng = random.Random()
         self.panel = LivePanel()
         self.dock = QDockWidget("Live round", w.parent)
@@ -83,6 +88,7 @@ class LiveActions:
         p.reveal_button.clicked.connect(self.reveal)
         p.remove_button.clicked.connect(self.remove_selected)
         p.export_button.clicked.connect(self.export)
+        p.score_button.clicked.connect(self.score_text)
         self._closer = _OnClose(w.parent, self.shutdown)
 
     def action_specs(self) -> list[ActionSpec]:
@@ -131,6 +137,25 @@ class LiveActions:
             self.server.stop()
             self.server = None
 
+    def lesson_stage(self, mode: str) -> None:
+        """A lesson's live stage: the round opened if it is not (on the address the panel
+        offers first), the stage's mode set, and its question asked once the window is idle
+        (the stage may be loading its model); a stage's new prompt starts a new run."""
+        self.show()
+        self.panel.mode.setCurrentIndex(max(0, self.panel.mode.findData(mode)))
+        if self.server is None and self.open_round() is None:
+            return
+        self.w.after_idle(self._ask_stage)
+
+    def _ask_stage(self) -> None:
+        w = self.w
+        run = w.store.run
+        if run is not None and run.prompt != w.request(new_seed=False).prompt:
+            w.runner.forget_run()  # Reveal's step starts a run of the stage's prompt
+            w.store.clear()
+            w.views.clear()
+        self.ask()
+
     def end(self) -> None:
         """Stop the server (the students' pages are told); the round stays for Export."""
         self.shutdown()
@@ -150,12 +175,12 @@ class LiveActions:
         mode = self.panel.mode.currentData()
         store = w.store
         if store.run is not None and store.steps:
-            prompt, chat = store.run.prompt, bool(store.run.chat_template)
+            prompt, chat = store.run.prompt, store.run.chat_template
             prefix = [s.token_id for s in store.steps]
             context = prompt + "".join(s.text for s in store.steps)
         else:
             req = w.request(new_seed=False)
-            prompt, chat, prefix, context = req.prompt, bool(req.chat_template), [], req.prompt
+            prompt, chat, prefix, context = req.prompt, req.chat_template, [], req.prompt
         if len(context) > CONTEXT_CHARS:
             context = "…" + context[-CONTEXT_CHARS:]
         step_index = len(prefix)
@@ -175,7 +200,7 @@ class LiveActions:
         choices = dist.top(self.panel.choices.value()) if mode != "guess" else []
         q = self.round.ask(mode, context, choices, step_index)
         self.server.push_all(say_to.question(q))
-        self.w.plots.dist_box.plot.set_marks({})
+        show_class(self.w.plots.dist_box.plot, {}, {})
         self.panel.answers.setText(f"Question {q.number} is open.")
         self.refresh()
 
@@ -212,7 +237,7 @@ class LiveActions:
         step = steps[-1] if steps else None
         if self.pending == "step" and name in ("step", "resume") and step is not None:
             choice = self.class_choice
-            if choice is not None and choice != step.token_id:
+            if choice is not None:  # taken even where it is the model's: marked as the class's
                 self.pending = "branch"
                 settings = w.request(new_seed=False).settings
                 w.after_idle(lambda: self._branch(step.index, choice, settings))
@@ -224,8 +249,16 @@ class LiveActions:
         w.after_idle(lambda: self._score(token))
 
     def _branch(self, index: int, token: int, settings: Any) -> None:
-        """The class's token at ``index``: the tree's own branch, for one token."""
-        if not self.w.runner.branch(index, token, settings, 1):
+        """The class's token at ``index``: the tree's own branch, for one token, its step
+        marked as the class's choice (a job named as the branch it is)."""
+        runner = self.w.runner
+
+        def work(job: Any, bundle: Any) -> Any:
+            from engine.classroom.live_sampler import class_branch
+
+            return class_branch(runner.workbench, index, token, settings)
+
+        if not runner.job("branch", work, lambda _summary: None):
             self.pending = None
             self._score(self.w.store.steps[-1].token_id)
 
@@ -258,7 +291,7 @@ class LiveActions:
         plots = self.w.plots
         plots.tabs.setCurrentWidget(plots.dist_box)
         self.w.views.select(None)
-        plots.dist_box.plot.set_marks(marks)
+        show_class(plots.dist_box.plot, marks, v.class_counts)
         self.panel.show_reveal(v, marks)
         self.panel.show_totals(*r.summary(), r.leaderboard())
         self.dist = None
@@ -273,6 +306,36 @@ class LiveActions:
         total = sum(v.class_counts.values()) or 1
         ranked = sorted(v.class_counts.items(), key=lambda kv: -kv[1])
         return {tid: f"{n} of the class ({n / total:.0%})" for tid, n in ranked}
+
+    def score_text(self) -> None:
+        """Be the sampler's end: the class's text (from its first chosen token to its last)
+        beside the model's greedy and sampled texts of the same length, by perplexity."""
+        w = self.w
+        steps, run = w.store.steps, w.store.run
+        span = class_span(steps)
+        if span is None or run is None:
+            w.say("The class has chosen no token yet: ask in Be the sampler, then Reveal.")
+            return
+        if w.runner.busy or w.bundle is None:
+            w.say("Wait for the current job, then score the class's text.")
+            return
+        start, end = span
+        prefix = [s.token_id for s in steps[:start]]
+        tokens = [s.token_id for s in steps[start:end]]
+        chosen = sum(s.source == CLASS for s in steps[start:end])
+        prompt, chat = run.prompt, run.chat_template
+
+        def work(job: Any, bundle: Any) -> Any:
+            from engine.classroom.live_sampler import score_class_text
+
+            return score_class_text(bundle, prompt, chat, prefix, tokens, chosen)
+
+        if w.runner.job("live round: scoring the class's text", work, self._text_scored):
+            w.say("Scoring the class's text beside greedy and sampled texts…")
+
+    def _text_scored(self, result: Any) -> None:
+        self.text_result = result
+        self.panel.show_text_score(result)
 
     # -- the students --------------------------------------------------------------------------
 
@@ -314,23 +377,9 @@ class LiveActions:
                                                   "CSV (*.csv);;JSON (*.json)")  # fmt: skip
             if not path:
                 return False
-        rows = self.round.export()
         try:
-            with open(path, "w", encoding="utf-8", newline="") as f:
-                if path.lower().endswith(".json"):
-                    json.dump(rows, f, ensure_ascii=False, indent=1)
-                else:
-                    writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["nickname"])
-                    writer.writeheader()
-                    writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+            write_round(self.round.export(), path)
         except OSError as exc:
             self.w.show_error(f"The round could not be saved.\n\n{exc}")
             return False
         return True
-
-
-def _cell(value: Any) -> Any:
-    """A CSV cell a spreadsheet will not read as a formula (a nickname "=HYPERLINK(...)")."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import io
 import math
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont, QPixmap
+from PySide6.QtGui import QFont, QPixmap, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QComboBox,
     QFormLayout,
     QGridLayout,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QListWidget,
@@ -32,6 +32,10 @@ from PySide6.QtWidgets import (
 )
 
 from engine.classroom.live import DRAW, GUESS, MAJORITY, MAX_CHOICES, SAMPLER, VOTE, Reveal
+from gui.common.fitting import ElidedCombo
+
+if TYPE_CHECKING:
+    from engine.classroom.live_sampler import TextComparison
 
 MODE_NAMES = ((GUESS, "Guess the word"), (VOTE, "Vote on the top tokens"),
               (SAMPLER, "Be the sampler"))  # fmt: skip
@@ -47,14 +51,32 @@ def plain(text: str = "", name: str = "") -> QLabel:
     return label
 
 
-def qr_pixmap(url: str, scale: int = 6) -> QPixmap:
+def qr_pixmap(url: str, scale: int = 6, width: int = 0) -> QPixmap:
+    """The URL's QR code, ``scale`` pixels a module, smaller (down to 2) to fit ``width``."""
     import segno
 
+    code = segno.make(url, error="m")
+    if width > 0:
+        modules = code.symbol_size(scale=1, border=2)[0]
+        scale = max(2, min(scale, width // modules))
     buffer = io.BytesIO()
-    segno.make(url, error="m").save(buffer, kind="png", scale=scale, border=2)
+    code.save(buffer, kind="png", scale=scale, border=2)
     pixmap = QPixmap()
     pixmap.loadFromData(buffer.getvalue(), "PNG")
     return pixmap
+
+
+def breakable(url: str) -> str:
+    """The URL with places to wrap (a zero-width space after ``/ . : ? =``), so that in large
+    type on a narrow panel it wraps instead of widening it."""
+    return "".join(c + "\u200b" if c in "/.:?=" else c for c in url).rstrip("\u200b")
+
+
+def shrinkable(combo: QComboBox) -> QComboBox:
+    """A combo box that may be narrower than its longest entry (it then elides its text)."""
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(6)
+    return combo
 
 
 def visible(token: str) -> str:
@@ -65,19 +87,20 @@ class LivePanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("live_panel")
-        self.address = QComboBox(objectName="live_address")
+        self.address = shrinkable(ElidedCombo(objectName="live_address"))
         self.port = QSpinBox(objectName="live_port", minimum=0, maximum=65535)
         self.port.setSpecialValueText("free")
         self.start_button = QPushButton("Open the round", objectName="live_start")
-        self.url = plain("", "live_url")
-        self.url.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.url = plain("", "live_url")  # wraps (``breakable``); the tooltip holds it whole
+        self.link = ""  # the page's URL as it is
+        self.qr_scale = 6  # pixels a module: 8 in the presentation view
         self.qr = QLabel(objectName="live_qr")
         self.qr.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.code = plain("", "live_code")
-        self.mode = QComboBox(objectName="live_mode")
+        self.mode = shrinkable(ElidedCombo(objectName="live_mode"))
         for key, name in MODE_NAMES:
             self.mode.addItem(name, key)
-        self.how = QComboBox(objectName="live_how")
+        self.how = shrinkable(ElidedCombo(objectName="live_how"))
         for key, name in HOW_NAMES:
             self.how.addItem(name, key)
         self.choices = QSpinBox(objectName="live_choices", minimum=2, maximum=MAX_CHOICES)
@@ -88,15 +111,27 @@ class LivePanel(QWidget):
         self.counts = plain("", "live_counts")
         self.answers = plain("", "live_answers")
         self.summary = plain("", "live_summary")
+        self.totals = plain("", "live_totals")  # the round: the class's log score, the model's
+        self.score_button = QPushButton("Score the text", objectName="live_score_text")
+        self.score_button.setToolTip(
+            "Be the sampler's end: the class's text beside the model's greedy "
+            "and sampled texts of the same length, by perplexity"
+        )
+        self.text_score = plain("", "live_text_score")
         self.students = QListWidget(objectName="live_students")
         self.students.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.remove_button = QPushButton("Remove nickname", objectName="live_remove")
-        self.show_board = QCheckBox("Show the leaderboard", objectName="live_show_board")
+        self.show_board = QCheckBox("Leaderboard", objectName="live_show_board")
+        self.show_board.setToolTip("Show the leaderboard: nicknames by their mean surprise")
         self.board = QTableWidget(0, 3, objectName="live_board")
-        self.board.setHorizontalHeaderLabels(("Nickname", "Mean surprise (bits)", "Answers"))
+        self.board.setHorizontalHeaderLabels(("Nickname", "Bits", "#"))
+        self.board.horizontalHeaderItem(1).setToolTip("Mean surprise in bits: lower is better")
+        self.board.horizontalHeaderItem(2).setToolTip("Questions answered")
         self.board.verticalHeader().setVisible(False)
         self.board.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.board.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        header = self.board.horizontalHeader()  # the nickname takes the room the numbers leave
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.board.hide()
         self.export_button = QPushButton("Export round…", objectName="live_export")
         self.show_board.toggled.connect(self.board.setVisible)
@@ -108,30 +143,34 @@ class LivePanel(QWidget):
         self.set_open(False)
 
     def _lay_out(self) -> None:
-        where = QFormLayout()
+        # every row as narrow as a presentation view's dock at 20 pt: labels above their
+        # fields when they do not fit beside them, Close answers on a row of its own
+        where, ask = QFormLayout(), QFormLayout()
+        for form in (where, ask):
+            form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         where.addRow("Address", self.address)
         where.addRow("Port", self.port)
-        ask = QGridLayout()
-        ask.addWidget(QLabel("Mode"), 0, 0)
-        ask.addWidget(self.mode, 0, 1)
-        ask.addWidget(QLabel("Choices"), 1, 0)
-        ask.addWidget(self.choices, 1, 1)
-        ask.addWidget(self.how, 2, 1)
-        buttons = QHBoxLayout()
-        for b in (self.ask_button, self.close_button, self.reveal_button):
-            buttons.addWidget(b)
+        ask.addRow("Mode", self.mode)
+        ask.addRow("Choices", self.choices)
+        ask.addRow(self.how)
+        buttons = QGridLayout()
+        buttons.addWidget(self.ask_button, 0, 0)
+        buttons.addWidget(self.reveal_button, 0, 1)
+        buttons.addWidget(self.close_button, 1, 0, 1, 2)
         body = QWidget()
         layout = QVBoxLayout(body)
         for part in (where, self.start_button, self.url, self.qr, self.code, ask, buttons,
-                     self.counts, self.answers, self.summary, self.show_board, self.board,
-                     self.students, self.remove_button, self.export_button):  # fmt: skip
+                     self.counts, self.answers, self.summary, self.totals, self.score_button,
+                     self.text_score, self.show_board, self.board, self.students,
+                     self.remove_button, self.export_button):  # fmt: skip
             if isinstance(part, QWidget):
                 layout.addWidget(part)
             else:
                 layout.addLayout(part)
         layout.addStretch(1)
-        scroll = QScrollArea()
+        scroll = QScrollArea(objectName="live_scroll")
         scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         scroll.setWidget(body)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
@@ -152,9 +191,11 @@ class LivePanel(QWidget):
         for w in (self.ask_button, self.close_button, self.reveal_button, self.remove_button,
                   self.export_button):  # fmt: skip
             w.setEnabled(opened)
-        self.url.setText(str(url) if opened else "")
+        self.link = str(url) if opened else ""
+        self.url.setText(breakable(self.link))
+        self.url.setToolTip(self.link)
         self.code.setText(f"Code: {code}" if opened else "")
-        self.qr.setPixmap(qr_pixmap(str(url)) if opened else QPixmap())
+        self._draw_qr()
         self.qr.setVisible(opened)
         if not opened:
             self.counts.setText("Open the round: students join from their phones' browsers.")
@@ -168,10 +209,22 @@ class LivePanel(QWidget):
         self.code.setFont(big)
         mid = QFont(self.font())
         mid.setPointSizeF(points * 1.2)
-        for label in (self.counts, self.answers, self.summary):
+        for label in (self.counts, self.answers, self.summary, self.totals, self.text_score):
             label.setFont(mid)
-        if self.url.text():
-            self.qr.setPixmap(qr_pixmap(self.url.text(), 8 if presenting else 6))
+        self.qr_scale = 8 if presenting else 6
+        self._draw_qr()
+
+    def _draw_qr(self) -> None:
+        """The QR code as large as its scale asks, or as the panel's width allows."""
+        room = self.width() - 40  # the margins and a vertical scroll bar
+        if not self.link:
+            self.qr.setPixmap(QPixmap())
+        elif room > 0:
+            self.qr.setPixmap(qr_pixmap(self.link, self.qr_scale, room))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._draw_qr()
 
     def show_students(self, students: list[tuple[int, str, bool]], answered: int) -> None:
         """(sid, nickname, connected) for each student; answers to the open question."""
@@ -204,13 +257,41 @@ class LivePanel(QWidget):
 
     def show_totals(self, class_bits: float | None, model_bits: float | None,
                     board: list[tuple[str, float, int]]) -> None:  # fmt: skip
-        if class_bits is not None and model_bits is not None:
-            self.summary.setText(
-                f"{self.summary.text()}\nOver the round: the class's mean log score "
-                f"{class_bits:.2f} bits, the model's own expected {model_bits:.2f} bits"
-            )
+        """The round so far: the class's mean log score (its mean surprise over every answer)
+        beside the model's own expected score (its mean entropy over the same questions)."""
+        self.totals.setText(
+            f"Over the round: the class's mean log score {class_bits:.2f} bits · the model's "
+            f"own expected score {model_bits:.2f} bits (its entropy)"
+            if class_bits is not None and model_bits is not None else ""
+        )  # fmt: skip
         self.board.setRowCount(len(board))
         for row, (nick, bits, answered) in enumerate(board):
             cells = (nick, "—" if math.isinf(bits) else f"{bits:.2f}", str(answered))
             for col, text in enumerate(cells):
                 self.board.setItem(row, col, QTableWidgetItem(text))
+
+    def show_text_score(self, result: TextComparison) -> None:
+        """The class's text beside greedy's and the samples', by perplexity under the model."""
+        mine, greedy = result.mine, result.greedy
+        self.text_score.setText(
+            f"The class's text ({tokens(len(mine.tokens))}, {result.chosen} chosen by the "
+            f"class): perplexity {mine.perplexity:.2f}\n"
+            f"Greedy, same length: {greedy.perplexity:.2f}\n"
+            f"Sampled (temperature 1, {len(result.samples)} texts): "
+            f"{result.sampled_perplexity:.2f}"
+        )
+        self.text_score.setToolTip(  # the texts themselves, for whoever hovers
+            f"The class wrote: {visible_text(mine.text)}\nGreedy wrote: "
+            f"{visible_text(greedy.text)}\nA sample wrote: "
+            f"{visible_text(result.samples[0].text) if result.samples else ''}"
+        )
+
+
+def visible_text(text: str, limit: int = 80) -> str:
+    """A model's text on one line: newlines as ↵, cut at ``limit`` characters."""
+    text = text.replace("\n", "\u21b5")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from engine.records import Candidate, Step
+from engine.records import CLASS, Candidate, Step
 from gui.common.theme import CUT_MARK
 
 
@@ -41,6 +41,15 @@ def value_text(c: Candidate) -> str:
     return f"{pct(c.raw_prob)} → {pct(c.prob)}{theirs}"
 
 
+def how_chosen(step: Step) -> str:
+    """How a step's token was chosen, in words (the token pane's hover names it)."""
+    if step.source == CLASS:  # a live round's class, as the sampler
+        return "the class's choice"
+    if step.forced:
+        return "chosen by you"
+    return "greedy" if step.source == "greedy" else "sampled"
+
+
 def step_summary(step: Step | None, compact: bool = False) -> str:
     """One line a class can read about the step the distribution plot shows."""
     if step is None:
@@ -57,8 +66,9 @@ def step_summary(step: Step | None, compact: bool = False) -> str:
     said += _server_said(step)
     notes = f"<br><i>{html.escape(' · '.join(said))}</i>" if said else ""
     if compact:  # the presentation view: two lines at most at 20 pt
+        by = " the class's" if step.source == CLASS else ""
         return (
-            f"<b>Step {step.index + 1}</b>: "
+            f"<b>Step {step.index + 1}</b>:{by} "
             f"<code>'{html.escape(short(step.token_str, 16))}'</code> "
             f"{pct(step.raw_prob)} → {pct(step.prob)} · {survivors}{notes}"
         )
@@ -69,8 +79,9 @@ def step_summary(step: Step | None, compact: bool = False) -> str:
             f"({step.raw_prob:.0%} raw; its sampler's probabilities are not reported) · "
             f"entropy ≥ {bits(step.entropy_raw)} bits{notes}"
         )
+    chose = "the class chose" if step.source == CLASS else "chose"
     return (
-        f"<b>Step {step.index + 1}</b>: chose "
+        f"<b>Step {step.index + 1}</b>: {chose} "
         f"<code>'{html.escape(short(step.token_str, 24))}'</code> "
         f"({step.raw_prob:.0%} → {step.prob:.0%} after the sampler) · entropy "
         f"{bits(step.entropy_raw)} → {bits(step.entropy)} bits · {survivors}{notes}"
@@ -87,12 +98,15 @@ def _server_said(step: Step) -> list[str]:
     return [f"{label}'s sampler gives it {theirs}, ours {pct(step.prob)}"]
 
 
-def legend_html(theme: Any, sampled: bool, server: str, short: int, server_bar: str) -> str:
+def legend_html(theme: Any, sampled: bool, server: str, short: int, server_bar: str,
+                class_bar: str = "") -> str:  # fmt: skip
     """The distribution plot's key: the model's bars, ours after the sampler, a served model's
     own sampler (``server``, its value after a "|") where it sent one, the cut, the chosen token,
     the cut-off line and the penalty mark. ``sampled`` False (a scored text, a raw-only
     stream): the model's bars and the chosen token only. ``short`` 1 and 2 drop words and then
-    the rarer marks, so that it fits on one line in a narrow plot."""
+    the rarer marks, so that it fits on one line in a narrow plot (3: a class's key, without
+    the chosen token's mark). ``class_bar``: the colour of a live round's class's bars while
+    they are drawn, named after the sampler's."""
     t = theme
 
     def chip(color: str, text: str, swatch: str = "■") -> str:
@@ -113,6 +127,10 @@ def legend_html(theme: Any, sampled: bool, server: str, short: int, server_bar: 
         chips = [chips[0], chips[3 + bool(server)]]
     elif short >= 2:
         chips = chips[: 5 if server else 4]
+    if class_bar:  # beside the model's and the sampler's bars, before the rarer marks
+        if sampled and short >= 2:  # the shorter keys: the class's mark before the cut's
+            del chips[2 + bool(server) : 3 + bool(server) + (short >= 3)]  # (and the chosen's)
+        chips.insert(min(2, len(chips)), chip(class_bar, "class"))
     return " &nbsp; ".join(chips)
 
 

@@ -11,6 +11,7 @@ from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextEdit, QToolTip, QWidget
 
 from engine.records import Step
+from gui.common.step_text import how_chosen
 from gui.common.theme import LIGHT, Theme, bucket_of, mix
 
 COLOR_BY_RANK = "rank"
@@ -71,7 +72,7 @@ def tooltip_html(step: Step) -> str:
         f"<td align=right>{c.raw_prob:.1%}</td></tr>"
         for i, c in enumerate(step.candidates[:5])
     )
-    how = "chosen by you" if step.forced else ("greedy" if step.source == "greedy" else "sampled")
+    how = how_chosen(step)  # "the class's choice" for a live round's sampler
     return (
         f"<b>Step {step.index + 1}</b>: <code>{html.escape(repr(step.token_str))}</code> "
         f"(id {step.token_id}, {how})<br>"

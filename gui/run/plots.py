@@ -13,6 +13,7 @@ from engine.records import SCORED, Candidate, Step
 from gui.common.series_plot import still_plot, style_axes, tick_font
 from gui.common.step_text import bar_text, legend_html, pct, short, value_text
 from gui.common.theme import CUT_MARK, LIGHT, SERVER_BAR, Theme
+from gui.run.class_bars import ClassBars
 from gui.run.plot_fit import OTHER_ID, label_every, rows_for, x_limit, x_ticks
 
 pg.setConfigOptions(antialias=True, useOpenGL=False)
@@ -59,11 +60,9 @@ class DistributionPlot(pg.PlotWidget):
         # where a penalised token's probability was before the penalty (a diamond on its row)
         self.before = pg.ScatterPlotItem(size=13, symbol="d")
         for item in (self.raw_kept, self.raw_cut, self.processed, self.server, self.chosen,
-                     self.cut_line):  # fmt: skip
+                     self.cut_line, self.gap_line, self.before, self.cut_label):  # fmt: skip
             self.addItem(item)
-        self.addItem(self.gap_line)
-        self.addItem(self.before)
-        self.addItem(self.cut_label)
+        self.class_bars = ClassBars(self)  # a live round's class, beside the model's bars
         self.value_labels: list[pg.TextItem] = []
         self._more_labels(51)  # made now: making them at the first token stalls the window
         self.scene().sigMouseClicked.connect(self._clicked)
@@ -134,16 +133,17 @@ class DistributionPlot(pg.PlotWidget):
     def legend_html(self, short: int = 0) -> str:
         """The key, drawn outside the plot by whoever holds it; ``short`` 1 and 2 drop words
         and then the rarer marks, so that it fits on one line in a narrow plot."""
-        return legend_html(self.theme, self.sampled, self.server_label, short, SERVER_BAR)
+        return legend_html(self.theme, self.sampled, self.server_label, short, SERVER_BAR,
+                           self.class_bars.key_colour())  # fmt: skip
 
     def legend_versions(self) -> tuple[str, ...]:
-        return tuple(self.legend_html(n) for n in (0, 1, 2))
+        return tuple(self.legend_html(n) for n in (0, 1, 2, 3))
 
     # -- drawing -------------------------------------------------------------------------------
 
-    def set_marks(self, marks: dict[int, str]) -> None:
-        """Mark the bars of guessed tokens (a guess round) until another step is shown."""
-        self.marks = dict(marks)
+    def set_marks(self, marks: dict[int, str], shares: dict[int, float] | None = None) -> None:
+        """Mark guessed tokens' bars (``shares``: a class's own bars) until another step shows."""
+        self.marks, self.class_bars.shares = dict(marks), dict(shares or {})
         if self.step is not None:
             self.set_step(self.step)
 
@@ -152,7 +152,7 @@ class DistributionPlot(pg.PlotWidget):
         gap before an outside row, the labels, and as many rows as fit."""
         if step is not self.step and self.marks and (step is None or self.step is None
                                                      or step.index != self.step.index):  # fmt: skip
-            self.marks = {}
+            self.marks = self.class_bars.shares = {}
         was = (self.sampled, self.server_label)
         self.step = step
         if (self.sampled, self.server_label) != was:
@@ -162,7 +162,7 @@ class DistributionPlot(pg.PlotWidget):
             return
         self.rows = self._rows(step)
         raw, proc = self._draw_bars(step)
-        upper = self._scale_x(np.maximum(np.maximum(raw, proc), self._theirs))
+        upper = self._scale_x(np.maximum.reduce([raw, proc, self._theirs, self.class_bars.ends]))
         shown = self.shown_n
         self._mark_cut(step, (proc <= 0)[:shown], upper)
         outside = len(self.rows) > shown
@@ -197,18 +197,18 @@ class DistributionPlot(pg.PlotWidget):
         # a scored text's token (or a raw-only stream's) has no sampler: one bar per row, the
         # model's, twice as thick; a served model's own sampler adds a third, thinner bars
         off, tall, mid = (0.2, 0.4, 0.2) if self.sampled else (0.0, 0.8, 0.2)
-        if self.server_label:
+        if self.server_label or self.class_bars.shown:  # three bars a row
             off, tall, mid = 0.27, 0.26, 0.0
         self.raw_kept.setOpts(x0=np.zeros((~cut).sum()), y=y[~cut] - off, width=raw[~cut],
                               height=tall)  # fmt: skip
         self.raw_cut.setOpts(x0=np.zeros(cut.sum()), y=y[cut] - off, width=raw[cut], height=tall)
         shown = len(y) if self.sampled else 0
         self.processed.setOpts(x0=np.zeros(shown), y=y[:shown] + mid, width=proc[:shown],
-                               height=tall if self.server_label else 0.4)  # fmt: skip
-        listed = [i for i, r in enumerate(self.rows) if r[1].server_prob is not None]
-        if not self.server_label:
-            listed = []
+                               height=min(tall, 0.4))  # fmt: skip
+        listed = [i for i, r in enumerate(self.rows) if r[1].server_prob is not None
+                  and self.server_label]  # fmt: skip
         self.server.setOpts(x0=np.zeros(len(listed)), y=y[listed] + off, width=theirs[listed])
+        self.class_bars.draw(y, off)
         marked = [(r[1].before_p, r[0]) for r in self.rows
                   if r[1].penalised_by and r[1].before_p is not None]  # fmt: skip
         self.before.setData([m[0] for m in marked], [m[1] + 0.2 for m in marked])
@@ -361,7 +361,7 @@ class DistributionPlot(pg.PlotWidget):
     def _value_text(self, c: Candidate) -> str:
         guess = self.marks.get(c.token_id)
         said = value_text(c) if self.sampled else pct(c.raw_prob)  # no sampler: no ✂, no →
-        return said + (f"  ★ guessed “{guess}”" if guess is not None else "")
+        return said + self.class_bars.label(c.token_id, guess)
 
     def shown_values(self) -> list[str]:
         return [label.toPlainText() for label in self.value_labels if label.isVisible()]
