@@ -33,6 +33,7 @@ from engine.classroom.lesson_reader import (
     read_options,
     read_settings,
 )
+from engine.classroom.live import MODES as LIVE_MODES
 from engine.records import RUN_METHODS, SAMPLING, SPEC_DRAFT
 from engine.sampling.settings import SamplerSettings
 from engine.tree import RunTree
@@ -65,10 +66,11 @@ ACTIONS = (
 LESSON_KEYS = ("title", "model", "description", "stages")
 STAGE_KEYS = (
     "title", "text", "point_at", "question", "prompt", "use_chat_template", "method",
-    "settings", "options", "focus", "action", "guess", "model",
+    "settings", "options", "focus", "action", "guess", "model", "live",
 )  # fmt: skip
 # The stage fields that name one of a fixed set of words.
-_CHOICES = {"method": tuple(RUN_METHODS), "focus": FOCUSES, "action": ACTIONS}
+_CHOICES = {"method": tuple(RUN_METHODS), "focus": FOCUSES, "action": ACTIONS,
+            "live": LIVE_MODES}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,9 @@ class LessonStage:
     focus: str = FOCUS_DISTRIBUTION
     action: str = ACTION_GENERATE
     guess: bool = False  # this stage runs a guess round (hide the next token, then reveal)
+    # a live round's question in this mode (engine.classroom.live: guess, vote, sampler): the
+    # stage opens the round if it is not open and asks; "" for none
+    live: str = ""
     model: str = ""  # a bundled model's id (the lesson's unless the stage names another)
     index: int = 0  # 0-based position in the lesson
     line: int = 0  # where the stage starts in its file (1-based)
@@ -240,6 +245,7 @@ def _stage(reader: Reader, node: yaml.Node, i: int, previous: LessonStage) -> Le
         focus=values.get("focus", previous.focus if i else FOCUS_DISTRIBUTION),
         action=values.get("action", ACTION_GENERATE),
         guess=values.get("guess", False),
+        live=values.get("live", ""),
         model=values.get("model", previous.model),
         index=i,
         line=line_of(node),
@@ -257,6 +263,12 @@ def _stage(reader: Reader, node: yaml.Node, i: int, previous: LessonStage) -> Le
         raise reader.fail(
             entries.get("guess", (node, node))[1], f"{where}.guess",
             "a guess round hides the next token, so use it with action: step",
+        )  # fmt: skip
+    if stage.live and (stage.action != ACTION_NONE or stage.guess or stage.method != SAMPLING):
+        raise reader.fail(
+            entries.get("live", (node, node))[1], f"{where}.live",
+            "a live round makes its own step at Reveal: use it with action: none, "
+            "method: sampling and no guess round",
         )  # fmt: skip
     return stage
 

@@ -38,7 +38,7 @@ from engine.classroom.lessons import (
 from engine.records import SPEC_DRAFT
 from engine.sampling.settings import SamplerSettings
 from gui.classroom.guess_panel import GuessPanel
-from gui.classroom.lesson_panel import LessonPanel, apply_to_panels
+from gui.classroom.lesson_panel import LIVE_PRESS, LessonPanel, apply_to_panels
 from gui.common.actions import ActionSpec, Place
 from gui.common.theme import PRESENT_TOP_N
 from gui.core.session import Session
@@ -74,6 +74,8 @@ class ClassroomNeeds(Session):
     prepare_experiment: Callable[[LessonStage], None]  # an experiment stage's N or values
     prepare_inside: Callable[[dict], None]  # an Inside stage's page, view and token
     inside_tab: QWidget  # the tab an Inside stage shows
+    # a live stage's round: opened if need be, asked in the stage's mode (live_actions)
+    live_stage: Callable[[str], None] = lambda _mode: None
 
 
 class Classroom:
@@ -213,6 +215,9 @@ class Classroom:
         press = "Generate" if stage.action == ACTION_GENERATE else stage.action.capitalize()
         w.say(f"Lesson: {stage.title}. Press {press} when ready.")
         w.prepare_experiment(stage)  # an experiment stage: its N or values, page, words
+        if stage.live:  # a live round's question, asked on the students' phones
+            w.say(f"Lesson: {stage.title}. {LIVE_PRESS}")
+            w.live_stage(stage.live)
 
     def show_multiverse(self, stage: LessonStage) -> str:
         """Open a tree stage's prepared tree or score a score stage's text; what to tell the

@@ -30,6 +30,8 @@ from engine.classroom.lessons import (
 from engine.records import RUN_METHODS
 from gui.experiments.api import EXPERIMENT_PRESS
 
+LIVE_NAMES = {"guess": "guess the word", "vote": "vote", "sampler": "be the sampler"}
+LIVE_PRESS = "The class answers on their phones: Reveal in the Live round panel."
 BASE_TEXT_PT = 15  # the stage's text: readable from the back of a classroom
 
 PRESS = {
@@ -211,7 +213,9 @@ def setup_line(stage: LessonStage) -> str:
             parts.append(f"{name} {value:g}")
     if stage.guess:
         parts.append("guess round")
-    press = PRESS.get(stage.action, "")
+    if stage.live:
+        parts.append(f"live round: {LIVE_NAMES.get(stage.live, stage.live)}")
+    press = PRESS.get(stage.action, "") if not stage.live else LIVE_PRESS
     return "Set: " + ", ".join(parts) + (f". {press}" if press else ".")
 
 

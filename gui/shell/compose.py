@@ -147,6 +147,7 @@ def build_parts(w: MainWindow, session: Session) -> None:
         open_tree=lambda tree: w.tree.open_tree(tree),
         prepare_experiment=w.experiments.prepare_stage,
         prepare_inside=w.inside.prepare_stage, inside_tab=w.inside.view,
+        live_stage=lambda mode: w.live.lesson_stage(mode),
     ))  # lessons, the guess round, the shared web page  # fmt: skip
     w.live = LiveActions(given(
         LiveNeeds, plots=w.plots, views=w.views, request=w.run.request,

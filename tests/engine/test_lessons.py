@@ -134,6 +134,10 @@ def _error(text: str) -> LessonError:
          "must be put in quotes"),
         (("      top_p: 0.8\n", "      top_p: 0.8\n    options:\n      num_beams: 0\n"), 15,
          "stages[1].options.num_beams", "whole number >= 1"),
+        (("    text: Some words.\n", "    text: Some words.\n    live: vot\n"), 6,
+         "stages[0].live", "did you mean vote?"),
+        (("    text: Some words.\n", "    text: Some words.\n    live: vote\n"), 6,
+         "stages[0].live", "use it with action: none"),
     ],
 )  # fmt: skip
 def test_malformed_lessons_name_line_and_field(change, line, field, words):
@@ -220,3 +224,22 @@ def test_lessons_cli_lists_and_checks_files(tmp_path, capsys):
     assert cli(["lessons", str(good), str(bad)]) == 1
     err = capsys.readouterr().err
     assert f"{bad}: line 13, stages[1].settings.top_p: must be in [0, 1]" in err
+
+
+def test_be_the_model_asks_guess_vote_then_sampler_in_a_live_round(lessons):
+    """Lesson 15: its stages are the live round's three questions, in that order; each makes
+    its step at Reveal (action none, sampling), and a stage that is not live has no mode."""
+    lesson = next(les for les in lessons if les.path.name == "15-be-the-model.yaml")
+    assert lesson.title == "Be the model"
+    assert [s.live for s in lesson.stages] == ["guess", "vote", "sampler"]
+    assert all(s.action == "none" and s.method == SAMPLING for s in lesson.stages)
+    assert lesson.stages[0].settings.temperature == 0  # the model's token is its favourite
+    others = [s for les in lessons if les is not lesson for s in les.stages]
+    assert all(s.live == "" for s in others)
+    live = parse_lesson(
+        GOOD.replace(
+            "    text: More words.\n",
+            "    text: More words.\n    live: sampler\n    action: none\n",
+        )
+    )
+    assert [s.live for s in live.stages] == ["", "sampler"]
