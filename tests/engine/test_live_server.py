@@ -161,8 +161,11 @@ def test_oversized_binary_malformed_and_flooding_clients_are_dropped_the_round_g
             flood = await join(http, server, "Flood")
             await receive(flood, "welcome")
             server.round.ask(VOTE, "the", [Choice(1, " a"), Choice(2, " b")])
-            for _ in range(STRIKES + 3 * int(BURST)):
-                await flood.send_json({"type": "answer", "choice": 0})
+            try:
+                for _ in range(STRIKES + 3 * int(BURST)):
+                    await flood.send_json({"type": "answer", "choice": 0})
+            except ConnectionResetError:  # dropped mid-flood (aiohttp's reset is one of these)
+                pass
             assert await ended(flood)
             await good.send_json({"type": "answer", "choice": 1})
             await receive(good, "answered")
