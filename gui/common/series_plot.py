@@ -58,7 +58,8 @@ def title_room(widget: pg.PlotWidget) -> int:
     axis's column is not its), so a title as wide as the widget runs off its right edge."""
     item = widget.getPlotItem()
     axes = sum(item.getAxis(a).width() for a in ("left", "right") if item.getAxis(a).isVisible())
-    return max(40, int(widget.width() - axes) - 8)
+    margin = 2 * item.titleLabel.item.document().documentMargin()  # the rich text's own frame
+    return max(40, int(widget.width() - axes - margin) - 12)
 
 
 def key_line(keys: list[tuple[str, str]], room: int, font: QFont) -> tuple[str, bool]:

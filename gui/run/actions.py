@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.drivers.workbench import RunRequest
 from engine.records import BEAMS, CONTRASTIVE, SAMPLING
+from engine.words import count
 from gui.common.actions import ActionSpec, Place
 from gui.core.session import Session
 
@@ -128,7 +129,8 @@ class RunActions:
             method=SAMPLING,
         )  # fmt: skip
         if h.runner.resume(request, h.store.steps, limit):
-            h.say(f"Rebuilding the restored run ({len(h.store.steps)} tokens), then going on…")
+            n = count(len(h.store.steps), "token")
+            h.say(f"Rebuilding the restored run ({n}), then going on…")
 
     def stop(self) -> None:
         if self.host.runner.busy:

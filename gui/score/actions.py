@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 from engine.cli.tree import score_precision_note
 from engine.records import SCORED, Step
 from engine.tree.scored import TextScore
+from engine.words import count
 from gui.common.actions import ActionSpec, Place
 from gui.core.session import Session
 from gui.inside.api import JOBS as INSIDE_JOBS
@@ -196,8 +197,8 @@ class ScoreActions:
         if peak is not None:
             self.select(peak)
         w.say(
-            f"Scored {len(score.tokens)} tokens: perplexity {score.perplexity:.2f}. Click a "
-            "token for the model's list there."
+            f"Scored {count(len(score.tokens), 'token')}: perplexity {score.perplexity:.2f}. "
+            "Click a token for the model's list there."
         )
 
     # -- showing ------------------------------------------------------------------------------

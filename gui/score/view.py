@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from engine.records import SCORED, Candidate, Step
 from engine.tree.scored import ScoredToken, TextScore
+from engine.words import count
 from gui.common.fitting import ElidedCombo
 from gui.common.series_plot import still_plot, style_axes, tick_font
 from gui.common.step_text import pct, short
@@ -82,14 +83,14 @@ def totals_text(score: TextScore, compact: bool = False) -> str:
     the rest in the line's tooltip (``totals_text`` in full)."""
     n = len(score.tokens)
     if compact:
-        return f"<b>{n} tokens</b> · perplexity <b>{score.perplexity:.1f}</b>"
+        return f"<b>{count(n, 'token')}</b> · perplexity <b>{score.perplexity:.1f}</b>"
     skipped = f" · {score.unscored} first token without context, not scored" * bool(score.unscored)
     if score.no_context and score.tokens:
         skipped = (f" · token {score.tokens[0].index + 1} (grey bar): no context, read after the"
                    " document start alone; give a context for a fairer first word")  # fmt: skip
     return (
-        f"<b>{n} tokens</b> · total log-probability <b>{score.total_logprob:.2f}</b> nats · "
-        f"perplexity <b>{score.perplexity:.2f}</b>{skipped}"
+        f"<b>{count(n, 'token')}</b> · total log-probability <b>{score.total_logprob:.2f}</b> "
+        f"nats · perplexity <b>{score.perplexity:.2f}</b>{skipped}"
     )
 
 

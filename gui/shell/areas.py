@@ -208,7 +208,7 @@ class PlotArea(QSplitter):
         super().__init__(Qt.Orientation.Vertical, parent)
         self.dist_box = DistributionBox()
         self.speed = SeriesPlot(
-            "Speed", "tokens / s", [("running", "#0072b2"), ("this step", "#e69f00")]
+            "Speed", "tok/s", [("running", "#0072b2"), ("this step", "#e69f00")]
         )
         self.entropy = SeriesPlot(
             "Entropy", "bits", [("model", "#0072b2"), ("after sampler", "#e69f00")]

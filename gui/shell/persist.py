@@ -22,6 +22,7 @@ from engine.validate import InputError
 from engine.validate import autosave as autosave_io
 from engine.validate import settings as check
 from engine.validate.core import collector_paused
+from engine.words import count
 from gui.common.token_pane import COLOR_BY_RANK
 from gui.core.session import Session
 from gui.models.picker import MAX_RECENTS
@@ -238,7 +239,7 @@ class Persistence:
         h.views.apply(change, busy=False)
         if h.store.steps:
             h.say(
-                f"Restored the last run ({len(h.store.steps)} tokens) from the autosave."
+                f"Restored the last run ({count(len(h.store.steps), 'token')}) from the autosave."
                 + (f" Its tree ({saved.tree_left_out:,} nodes) was too large to keep: only "
                    "the run's path came back." if saved.tree_left_out else "")
             )  # fmt: skip

@@ -68,6 +68,7 @@ class MainWindow(QMainWindow):
         middle.addWidget(self.output)
         middle.setStretchFactor(0, 1)
         middle.setStretchFactor(1, 3)
+        middle.setChildrenCollapsible(False)  # a dragged divider never hides prompt or output
         self.plots = PlotArea()
         self.dist, self.tabs = self.plots.dist_box.plot, self.plots.tabs
         self.beam_tree, self.compare_view = self.plots.beam_tree, self.plots.compare_view

@@ -124,7 +124,8 @@ def check(app, w, name: str, gallery: Path | None, size) -> dict:
     small = [f"{type(p).__name__} {p.objectName()!r} {p.width()}x{p.height()} < {need[0]}x{need[1]}"
              for p in plots_on_screen(w) if (need := least_size(p))
              and (p.width() < need[0] or p.height() < need[1])]  # fmt: skip
-    cut = [c for c in clipped(w) if not _whole_on_hover(w, c)] + cut_titles(w) + overflow(w)
+    cut = [c for c in clipped(w) if not _whole_on_hover(w, c)] + cut_titles(w) + cut_axes(w)
+    cut += overflow(w)
     before = len(ERRORS)
     for plot in plots_on_screen(w):
         if id(plot) not in POKED:  # each plot once in a view: its handlers, not its data
@@ -157,6 +158,26 @@ def overflow(w) -> list[str]:
             if a.isVisible() and not a.isSeparator() and shown and not shown.isVisible():
                 name = a.text() or type(shown).__name__
                 out.append(f"toolbar {tb.objectName()!r} hides {name!r}")
+    return out
+
+
+def cut_axes(w) -> list[str]:
+    """Axis titles longer than their axis ("logit differ" on a short plot): pyqtgraph draws
+    them centred on the axis and cuts what runs past it."""
+    out = []
+    for p in plots_on_screen(w):
+        item = getattr(p, "getPlotItem", lambda: None)()
+        if item is None:
+            continue
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            if not axis.isVisible() or not axis.label.isVisible() or not axis.labelText:
+                continue
+            long = axis.label.boundingRect().width()  # along the axis (the left one is turned)
+            room = axis.height() if name == "left" else axis.width()
+            if long > room + 1:
+                where = f"{type(p).__name__} {p.objectName()!r}"
+                out.append(f"axis title {axis.labelText!r} of {where}: {long:.0f} px on {room:.0f}")
     return out
 
 

@@ -1,0 +1,48 @@
+"""Nothing a class should read hides at a projector's width: a plot's title and key are cut
+with "…" to the room over its data (pyqtgraph centres them there and cuts what runs past the
+widget), whole in the plot's tooltip; the toolbars take a second row rather than hide entries
+behind "»" (a 280 px model picker hid Present and Live round at 1024 px, A+ and Export… at
+1280)."""
+
+from __future__ import annotations
+
+from gui.common.series_plot import SeriesPlot
+
+
+def _title_box(plot):
+    label = plot.getPlotItem().titleLabel.item
+    return label.mapRectToScene(label.boundingRect())
+
+
+def test_a_long_title_is_cut_to_the_plot_and_whole_on_hover(qtbot):
+    plot = SeriesPlot("Speed", "tok/s", [("running", "#0072b2"), ("this step", "#e69f00")])
+    qtbot.addWidget(plot)
+    plot.setToolTip("What the plot shows.")
+    plot.resize(210, 150)
+    plot.show()
+    qtbot.waitExposed(plot)
+    long = "1019.9 tok/s · 1 ms/token · paced to 40 tok/s"
+    plot.set_series(__import__("numpy").arange(3.0), {"running": [1.0, 2, 3]}, long)
+    qtbot.wait(20)
+    box = _title_box(plot)
+    assert box.left() >= -1 and box.right() <= plot.width() + 1, (box, plot.width())
+    assert "…" in plot.title_text()
+    assert long in plot.toolTip() and "What the plot shows." in plot.toolTip()
+    plot.resize(900, 300)  # room again: the whole title, no "…", the tooltip its own words
+    qtbot.wait(20)
+    assert long in plot.title_text() and "…" not in plot.title_text()
+    assert plot.toolTip() == "What the plot shows."
+
+
+def test_no_toolbar_entry_hides_behind_the_chevron_at_1024_or_1280(qtbot, window):
+    for width, height in ((1280, 720), (1024, 768)):
+        window.resize(width, height)
+        qtbot.wait(100)
+        hidden = [
+            a.text() or type(tb.widgetForAction(a)).__name__
+            for tb in window.bars.toolbars.values() if tb.isVisible()
+            for a in tb.actions()
+            if a.isVisible() and not a.isSeparator()
+            and tb.widgetForAction(a) is not None and not tb.widgetForAction(a).isVisible()
+        ]  # fmt: skip
+        assert window.width() <= width and not hidden, (width, window.width(), hidden)
