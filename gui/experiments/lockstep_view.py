@@ -141,6 +141,7 @@ class LockstepView(QWidget):
         self.jaccard = StepCurve("Top-N Jaccard, 1 = same", "#e69f00", upper=1.05)
         self.kl.setObjectName("lockstep_kl")
         self.plots = QSplitter(Qt.Orientation.Horizontal)
+        self.plots.setChildrenCollapsible(False)  # a drag never leaves a part at 0 px
         self.plots.addWidget(self.kl)
         self.plots.addWidget(self.jaccard)
         self.table = plain_table(COLUMNS, "lockstep_table")
@@ -148,6 +149,7 @@ class LockstepView(QWidget):
         for column in (5, 6):  # the two top-N lists share the width, side by side
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # a drag never leaves a part at 0 px
         split.addWidget(self.plots)
         split.addWidget(self.table)
         split.setSizes([200, 200])

@@ -128,6 +128,7 @@ class SweepView(QWidget):
         self.outputs.setObjectName("sweep_outputs")
         self.outputs.setPlaceholderText("Each value's output appears here, whole.")
         self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.setChildrenCollapsible(False)  # a drag never leaves a part at 0 px
         self.split.addWidget(self.plot)
         self.split.addWidget(self.table)
         self.split.addWidget(self.outputs)

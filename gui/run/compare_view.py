@@ -80,6 +80,7 @@ class CompareView(QWidget):
         self.detail.setPlaceholderText("Every method's whole output appears here; select a row "
                                        "to read only its own.")  # fmt: skip
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # a drag never leaves a part at 0 px
         split.addWidget(self.table)
         split.addWidget(self.detail)
         split.setStretchFactor(0, 3)

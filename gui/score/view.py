@@ -256,6 +256,7 @@ class ScoreView(QWidget):
             "Colours as in the text; click a bar to pick its token."
         )
         split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)  # a drag never leaves a part at 0 px
         split.addWidget(self.pane)
         split.addWidget(self.plot)
         split.setStretchFactor(0, 3)

@@ -46,3 +46,16 @@ def test_no_toolbar_entry_hides_behind_the_chevron_at_1024_or_1280(qtbot, window
             and tb.widgetForAction(a) is not None and not tb.widgetForAction(a).isVisible()
         ]  # fmt: skip
         assert window.width() <= width and not hidden, (width, window.width(), hidden)
+
+
+def test_no_divider_of_the_window_collapses_a_column_to_nothing(qtbot, window):
+    """Dragging a divider to its end left the prompt and output at 0 px, brought back only by
+    finding a 4 px handle: every splitter of the window keeps each side."""
+    from PySide6.QtWidgets import QSplitter
+
+    splitters = window.findChildren(QSplitter)
+    assert len(splitters) >= 3
+    collapsible = [s.objectName() or type(s.parent()).__name__ for s in splitters
+                   if s.childrenCollapsible()  # Qt's default per part: the splitter's
+                   and any(s.isCollapsible(i) for i in range(s.count()))]  # fmt: skip
+    assert not collapsible, collapsible
