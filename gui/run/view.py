@@ -4,11 +4,13 @@ timer calls ``apply`` with each drained ``Change``; nothing here runs on the wor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
 import numpy as np
-from PySide6.QtWidgets import QLabel
+from PySide6.QtCore import QEvent, QObject, QTimer
+from PySide6.QtWidgets import QLabel, QWidget
 
 from engine.records import SPEC_DRAFT, SPEC_NGRAM, RunSummary, SpeculativeReport, Step
 from engine.words import count
@@ -70,6 +72,20 @@ def entropy_title(step: Step) -> str:
     return f"{'≥ ' if bound else ''}{bits(h)} bits ≈ {choices(h, bound)}"
 
 
+class _OnResize(QObject):
+    """Calls ``then`` once a widget has handled a resize (its own resizeEvent first)."""
+
+    def __init__(self, widget: QWidget, then: Callable[[], None]) -> None:
+        super().__init__(widget)
+        self.then = then
+        widget.installEventFilter(self)
+
+    def eventFilter(self, _watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self, self.then)
+        return False
+
+
 class RunView:
     def __init__(
         self,
@@ -87,6 +103,8 @@ class RunView:
         self.pacing = 0.0  # tokens/s the worker is held to (0: off); set by the window
         self.compact = False  # the presentation view: shorter step summaries
         self._frame = 0
+        self._summary = ""  # the shown step's summary line, before the cut's label
+        self._resized = _OnResize(plots.dist_box.plot, self.follow_cut)
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -121,6 +139,13 @@ class RunView:
         self.pane.select(index)
         self.redraw(busy=False)
 
+    def follow_cut(self) -> None:
+        """The step's summary line, with the cut's label where the plot had no room for it
+        (the plot decides again at every resize: the line follows)."""
+        note = self.plots.dist_box.plot.cut_note if self.store.steps else ""
+        extra = f" · <span style='color:{CUT_MARK}'>┅ {note}</span>" if note else ""
+        self.plots.dist_box.info.setText(self._summary + extra)
+
     def redraw(self, busy: bool) -> None:
         """The distribution of the selected (or last) step and the per-step curves. While
         generating, plots redraw less often than the text (painting holds the GIL the worker
@@ -130,7 +155,8 @@ class RunView:
         speed, entropy = self.plots.speed, self.plots.entropy
         if not steps:
             dist.set_step(None)
-            info.setText(step_summary(None))
+            self._summary = step_summary(None)
+            info.setText(self._summary)
             speed.clear_series()
             entropy.clear_series()
             self.rate_label.setText("")
@@ -139,9 +165,8 @@ class RunView:
         self._frame += 1
         if not busy or self._frame % DIST_EVERY == 0:
             dist.set_step(steps[index])
-            note = dist.cut_note  # the cut's label when the plot had no room for it
-            extra = f" · <span style='color:{CUT_MARK}'>┅ {note}</span>" if note else ""
-            info.setText(step_summary(steps[index], compact=self.compact) + extra)
+            self._summary = step_summary(steps[index], compact=self.compact)
+            self.follow_cut()
         if busy and self._frame % SERIES_EVERY != 1:
             return
         x = np.arange(1, len(steps) + 1)
