@@ -7,7 +7,7 @@ from bisect import bisect_right
 from typing import Any
 
 from PySide6.QtCore import QEvent, QPoint, Qt, Signal
-from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QTextEdit, QToolTip, QWidget
 
 from engine.records import Step
@@ -26,6 +26,7 @@ DECISION_RAMP = {
     "dark": ("#6b6114", "#1f6650", "#1d5a8f"),
 }
 NEVER_TOP1 = {"light": "#d6d6dc", "dark": "#4a4a52"}
+SPECIAL_SMALLER = -2  # a special token's chip: two of Qt's relative steps below the pane's type
 
 
 def decision_legend(theme: Theme, layers: int) -> str:
@@ -200,7 +201,7 @@ class TokenPane(QTextEdit):
 
     def _format(self, step: Step, selected: bool = False) -> QTextCharFormat:
         if step.special:
-            key: tuple[Any, ...] = ("special", self.font().pointSizeF())
+            key: tuple[Any, ...] = ("special",)
         else:
             color = self.color_for(step)
             key = (color.rgba(), step.index % 2, selected)
@@ -214,7 +215,9 @@ class TokenPane(QTextEdit):
         if step.special:  # a grey chip in a smaller type: not part of the prose
             fmt.setBackground(QColor(self.theme.muted))
             fmt.setForeground(QColor(self.theme.base))
-            fmt.setFontPointSize(max(6.0, self.font().pointSizeF() * 0.7))
+            # two steps smaller than the pane's type (1.2² = 0.69x), whatever size it takes
+            # later: a point size fixed here kept presentation's 16 pt in the normal view
+            fmt.setProperty(QTextFormat.Property.FontSizeAdjustment, SPECIAL_SMALLER)
             return fmt
         fmt.setBackground(self.color_for(step))
         fmt.setForeground(QColor(self.theme.text))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import load, run
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QKeySequence
+from PySide6.QtGui import QColor, QKeySequence, QTextFormat
 from PySide6.QtWidgets import QApplication, QWidget
 
 from engine import GenerationSession, SamplerSettings
@@ -464,6 +464,22 @@ def test_method_panel_shows_only_the_fields_the_method_uses(qtbot, window):
                 form.isRowVisible(panel.draft_row)) == (beams, gamma, draft), method  # fmt: skip
 
 
+def test_a_chip_drawn_in_the_presentation_view_shrinks_back_with_the_text(qtbot, window):
+    """A special token drawn while presenting kept the presentation's 16 pt in the normal view
+    (its size was fixed when it was drawn)."""
+    window.set_presentation(True)
+    special = synthetic_step(1, special=True)
+    special = Step(**{**special.__dict__, "token_str": "<|im_end|>", "text": "<|im_end|>"})
+    show_steps(window, [synthetic_step(0), special])
+    window.set_presentation(False)
+    pane = window.pane
+    cursor = pane.textCursor()
+    cursor.setPosition(pane._spans[1][0] + 2)
+    fmt = cursor.charFormat()
+    assert fmt.background().color() == QColor(window.theme.muted)
+    assert fmt.fontPointSize() == 0.0  # no size of its own: the pane's, two steps smaller
+
+
 def test_special_tokens_are_grey_chips_that_can_be_hidden(qtbot, window):
     plain = synthetic_step(0)
     special = synthetic_step(1, special=True)
@@ -475,7 +491,8 @@ def test_special_tokens_are_grey_chips_that_can_be_hidden(qtbot, window):
     cursor.setPosition(pane._spans[1][0] + 2)
     fmt = cursor.charFormat()
     assert fmt.background().color() == QColor(window.theme.muted)
-    assert fmt.fontPointSize() < pane.font().pointSizeF()
+    # smaller than the pane's type, relative to it (no size of its own to outlive a change)
+    assert fmt.property(QTextFormat.Property.FontSizeAdjustment) < 0 and not fmt.fontPointSize()
     window.output.special.setChecked(False)
     assert "<|im_end|>" not in pane.toPlainText() and pane.steps == window.steps
     window.output.special.setChecked(True)
