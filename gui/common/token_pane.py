@@ -10,22 +10,16 @@ from PySide6.QtCore import QEvent, QPoint, Qt, Signal
 from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QTextEdit, QToolTip, QWidget
 
+from engine.palette import decision_colour, prob_colour
 from engine.records import Step
 from gui.common.step_text import how_chosen
-from gui.common.theme import LIGHT, Theme, bucket_of, mix
+from gui.common.theme import LIGHT, Theme, bucket_of
 
 COLOR_BY_RANK = "rank"
 COLOR_BY_PROB = "probability"
 COLOR_BY_DECISION = "decision"  # the layer from which the token is the logit lens's top-1
 
 
-# Decided early -> late: pale yellow, bluish green, blue (Okabe-Ito hues, light enough for the
-# text on them); never the top-1: grey, a colour the ramp does not pass through.
-DECISION_RAMP = {
-    "light": ("#fff0a8", "#a9dfc6", "#86bde8"),
-    "dark": ("#6b6114", "#1f6650", "#1d5a8f"),
-}
-NEVER_TOP1 = {"light": "#d6d6dc", "dark": "#4a4a52"}
 SPECIAL_SMALLER = -2  # a special token's chip: two of Qt's relative steps below the pane's type
 
 
@@ -55,11 +49,7 @@ def decision_tip(pane: Any, index: int) -> str:
 
 def decision_color(theme: Theme, layer: int | None, layers: int) -> QColor:
     """The colour of a token decided at ``layer`` of ``layers`` (None: never the top-1)."""
-    if layer is None:
-        return QColor(NEVER_TOP1.get(theme.name, NEVER_TOP1["light"]))
-    early, middle, late = DECISION_RAMP.get(theme.name, DECISION_RAMP["light"])
-    t = layer / max(1, layers)
-    return mix(early, middle, 2 * t) if t <= 0.5 else mix(middle, late, 2 * t - 1)
+    return QColor(decision_colour(theme.name, layer, layers))  # the web page's colour too
 
 
 def visible_text(text: str) -> str:
@@ -241,7 +231,7 @@ class TokenPane(QTextEdit):
         if step.source == "target":
             return QColor(self.theme.target)
         if self.mode == COLOR_BY_PROB:
-            return mix(self.theme.prob_low, self.theme.prob_high, step.raw_prob)
+            return QColor(prob_colour(self.theme.name, step.raw_prob))  # as the web page
         if self.mode == COLOR_BY_DECISION:
             if step.index not in self.decisions:  # not read yet: plain
                 return QColor(self.theme.base)
