@@ -23,6 +23,10 @@ def _gui_bench(bundle: Any, say: Callable[[str], None], args: Any) -> dict[str, 
         from gui.devtools.load_bench import run_load_bench
 
         return {"window_load": run_load_bench(say)}
+    if getattr(args, "internals", False):  # the Inside tab's clicks (issue 54)
+        from gui.devtools.inside_bench import run_inside_bench
+
+        return {"inside_window": run_inside_bench(bundle, say)}
     from gui.devtools.bench import run_gui_bench, run_startup_bench
     from gui.devtools.open_bench import run_open_bench
     from gui.devtools.tree_bench import run_tree_bench

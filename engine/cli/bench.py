@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     bench.add_argument("--tree-only", action="store_true", help="only the tree expansion part")
     bench.add_argument(
         "--internals", action="store_true",
-        help="only inside the step: the decision strip, one step's views, decode before/after",
+        help="only inside the step: the decision strip, one step's views, decode before/after, "
+        "a 512-token run's steps and the window's clicks, integrated gradients on the lesson "
+        "prompts (issue 54: before/after)",
     )  # fmt: skip
     bench.add_argument(
         "--pipeline", action="store_true",
@@ -121,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
 
     figures["internals"] = internals_section(bundle, say)
     if args.internals:
-        return _written(figures, args.json)
+        return _written(_with_window(figures, bundle, say, args), args.json)
     figures["tree"] = tree_section(bundle, say)
     if args.tree_only:
         return _written(figures, args.json)
@@ -135,6 +137,16 @@ def _run(args: argparse.Namespace) -> int:
         figures.update(args.gui_bench(bundle, say, args))
     run_gpu_bench(say)
     return _written(figures, args.json)
+
+
+def _with_window(
+    figures: dict, bundle: object, say: Callable[[str], None], args: argparse.Namespace
+) -> dict:
+    """``figures`` and the window's (main.py's hook: for ``--internals``, the Inside tab's
+    clicks), unless ``--skip-gui``."""
+    if not args.skip_gui and args.gui_bench is not None:
+        figures.update(args.gui_bench(bundle, say, args))
+    return figures
 
 
 def _families(say: Callable[[str], None], tokens: int) -> dict:

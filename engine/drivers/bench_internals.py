@@ -1,10 +1,16 @@
 """Inside the step's figures for ``main.py bench`` (issue 33), measured side by side in one
 process: the decision strip of a 128-token run against one plain forward over the same tokens
 (target: at most 2x), one step's lens + attention + DLA (target: at most 300 ms), and the
-decode rate before and after the internals were used (target: unchanged)."""
+decode rate before and after the internals were used (target: unchanged). Issue 54 adds, before
+and after side by side: a step of a 512-token run from the full pass over the path up to it
+(before) and from the reader's cache (after), for token 1 and token 512; and integrated
+gradients on the lesson prompts (lessons 12 and 13) with the old plan (16-point segments, one
+Captum call each) and the batched one: time, steps and completeness delta. The window's
+click-to-drawn times come from gui.devtools.inside_bench through main.py's hook."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,8 +19,10 @@ import torch
 
 from engine.decode.session import GenerationSession
 from engine.drivers.bench_common import line
+from engine.internals.attribution import OLD_PLAN, PLAN, attribute_inputs
 from engine.internals.inspect import decision_strip, inspect_step, path_for
 from engine.internals.lens import bf16_pays
+from engine.internals.reader import PathReader
 from engine.internals.trace import TokenPath
 from engine.models.device import timed
 from engine.models.loading import ModelBundle
@@ -91,4 +99,103 @@ def internals_section(
              "before") + "  (target 1.00x)")  # fmt: skip
     out.update(step_ms=step * 1e3, first_step_ms=first * 1e3, decode_before=before,
                decode_after=after)  # fmt: skip
+    out["long_run_step"] = step_section(bundle, say)
+    out["lesson_attribution"] = attribution_section(bundle, say)
     return out
+
+
+# -- issue 54: a step of a long run, and integrated gradients on the lesson prompts ------------
+
+LESSONS = ("12-reading-a-text-through-the-model.yaml", "13-where-does-the-model-decide.yaml")
+
+
+def long_run(bundle: ModelBundle, n: int = 512) -> TokenPath:
+    """A sampled run of ``n`` tokens (seeded) after the bench's prompt."""
+    ids = bundle.encode_prompt(PROMPT, use_chat_template=False)
+    settings = SamplerSettings(temperature=0.8, top_k=0, top_p=1.0, max_new_tokens=n,
+                               min_new_tokens=n, seed=11)  # fmt: skip
+    return path_for(bundle, ids, _run(bundle, ids, settings)[1])
+
+
+def step_section(bundle: ModelBundle, say: Callable[[str], None], n: int = 512) -> dict[str, Any]:
+    """Token 1 and token ``n`` of an ``n``-token run: the full pass over the path up to the
+    token (as each click read it before issue 54) against the reader (its positions read once,
+    then one position a step); best of three, alternated."""
+    path = long_run(bundle, n)
+    reader = PathReader(bundle.model, path.ids)
+    cold = timed(bundle.device, lambda: reader.inspect(bundle, path, n - 1))[1]
+    out: dict[str, Any] = {"tokens": n, "reader_cold_ms": cold * 1e3}
+    for step in (0, n - 1):
+        up_to = TokenPath(path.context, path.tokens[: step + 1])
+        full = lambda p=up_to, k=step: inspect_step(bundle, p, k)  # noqa: E731
+        cached = lambda p=up_to, k=step: reader.inspect(bundle, p, k)  # noqa: E731
+        old = new = float("inf")
+        for _ in range(3):
+            old = min(old, timed(bundle.device, full)[1])
+            new = min(new, timed(bundle.device, cached)[1])
+        say(line(f"I4. token {step + 1} of {n}: full pass vs reader", old * 1e3, new * 1e3, "ms",
+                 "before", "after") + "  (engine only; target <= 300 ms)")  # fmt: skip
+        out[f"token_{step + 1}"] = {"before_ms": old * 1e3, "after_ms": new * 1e3}
+    say(f"    the reader's first step of token {n}, nothing read yet: {cold * 1e3:.0f} ms "
+        f"(reads the {len(path.ids) - 1} positions before it once)")  # fmt: skip
+    return out
+
+
+def lesson_cases(bundle: ModelBundle) -> list[tuple[str, TokenPath, int]]:
+    """The steps the lessons ask about: lesson 13's tokens (its ``inside_step``, else the
+    first), greedy; lesson 12's scored texts at the token the stage points at (quoted in its
+    ``point_at``: " Paris", " Berlin", " Thames")."""
+    from engine.classroom.lessons import load_lesson
+    from engine.models.catalog import RESOURCES
+
+    cases: dict[tuple[int, ...], tuple[str, TokenPath, int]] = {}
+    for name in LESSONS:
+        for stage in load_lesson(RESOURCES / "lessons" / name).stages:
+            chat = bool(stage.use_chat_template)
+            ids = bundle.encode_prompt(stage.prompt, use_chat_template=chat)
+            if stage.action == "score":
+                tokens = bundle.tokenizer.encode(stage.options["text"], add_special_tokens=False)
+                path = path_for(bundle, ids, tokens)
+                step = _pointed_at(bundle, path, stage.point_at)
+            else:
+                step = int(stage.options.get("inside_step") or 1) - 1
+                greedy = SamplerSettings(temperature=0, max_new_tokens=step + 1)
+                path = path_for(bundle, ids, _run(bundle, ids, greedy)[1])
+            text = bundle.tokenizer.decode([path.tokens[step]])
+            read = path.ids[: path.query(step) + 2]  # what the attribution reads, and the token
+            cases.setdefault(read, (f"{name[:2]} {text!r} after {stage.prompt!r}", path, step))
+    return list(cases.values())
+
+
+def _pointed_at(bundle: ModelBundle, path: TokenPath, point_at: str) -> int:
+    """The first token of ``path`` quoted in ``point_at``, else its first token."""
+    texts = [bundle.tokenizer.decode([t]) for t in path.tokens]
+    for quoted in re.findall(r'"([^"]+)"', point_at):
+        if quoted in texts:
+            return texts.index(quoted)
+    return 0
+
+
+def attribution_section(bundle: ModelBundle, say: Callable[[str], None]) -> dict[str, Any]:
+    """Integrated gradients on the lessons' steps, the old plan and this one alternated."""
+    rows, totals = [], {"before": [0.0, 0], "after": [0.0, 0]}
+    say(f"I5. integrated gradients on the lesson prompts: {OLD_PLAN.points}-point segments, "
+        f"one Captum call each (before) vs {PLAN.points}-point segments batched per round "
+        f"(after)")  # fmt: skip
+    for label, path, step in lesson_cases(bundle):
+        got = {}
+        for name, plan in (("before", OLD_PLAN), ("after", PLAN)):
+            ig = attribute_inputs(bundle, path, step, plan=plan)
+            got[name] = {"s": ig.seconds, "steps": ig.n_steps, "delta": ig.relative_delta}
+            totals[name][0] += ig.seconds
+            totals[name][1] += ig.n_steps
+        b, a = got["before"], got["after"]
+        say(f"    {label[:58]:58} {b['s']:5.1f} s {b['steps']:3} steps delta {b['delta']:.2%}"
+            f" | {a['s']:5.1f} s {a['steps']:3} steps delta {a['delta']:.2%}")  # fmt: skip
+        rows.append({"case": label, "before": b, "after": a})
+    (tb, sb), (ta, sa) = totals["before"], totals["after"]
+    say(line("I5. all the lesson prompts, before vs after", tb, ta, "s", "before", "after")
+        + f"  ({sb} vs {sa} steps; worst delta "
+        f"{max(r['before']['delta'] for r in rows):.2%} vs "
+        f"{max(r['after']['delta'] for r in rows):.2%})")  # fmt: skip
+    return {"cases": rows, "before_s": tb, "after_s": ta, "before_steps": sb, "after_steps": sa}

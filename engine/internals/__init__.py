@@ -10,5 +10,7 @@ text. Torch only; one hooked forward pass per question (``trace``).
     dla.py         direct logit attribution with the final norm's scale frozen
     attribution.py integrated gradients on the input embeddings (Captum)
     inspect.py     the entry points: inspect_step, decision_strip, path_for
+    reader.py      any step of a path read before, from its kept keys and values (the window)
+    pace.py        the threads a job the user waits on gets from the machine's load
     records.py     the plain records they return
 """

@@ -9,9 +9,19 @@ first, which stays as it is: Llama-family and GPT-2 models park most attention o
 no affordable number of steps integrates it (measured on SmolLM2: 38% error after 96 steps).
 
 The integral is taken piecewise: the path is cut into segments, each integrated by Captum (IG is
-additive along the path, so the segments' attributions sum to the whole path's), and the segment
-with the largest delta is halved until the deltas are within 1% of f(input) - f(baseline) or the
-step budget is spent. Steep stretches get the steps; flat ones do not.
+additive along the path, so the segments' attributions sum to the whole path's), and the
+segments with the largest deltas are halved until the deltas are within 1% of f(input) -
+f(baseline) or the step budget is spent. Steep stretches get the steps; flat ones do not.
+
+Issue 54 (8.8 s on the lesson's prompt on an idle 2-core machine, 41.7 s under load, no progress
+and no Stop): each round's segments go to Captum as one batch (a segment a row: one call, the end
+points' forwards batched too), as many segments are halved per round as the error needs, and a
+segment has 6 Gauss-Legendre points, not 16. The integrand along this path is rough (sampled at 41
+points on the lesson prompts it changes sign and jumps several-fold between neighbours), so a
+low order on more, smaller segments reaches the 1% target with fewer steps: on the lesson
+prompts of lessons 12 and 13, 564 steps against 768, every delta under 0.4%
+(``main.py bench --internals`` runs both plans side by side). Progress is told per gradient pass,
+a line per round, and Stop is asked before each block's forward and backward.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,13 +42,31 @@ from engine.internals.records import InputAttribution
 from engine.internals.trace import TokenPath
 from engine.models.text import TokenTable
 
-DEFAULT_STEPS = 256  # the budget: the shipped lesson's prompts need 64-128 (issue 33's note)
+DEFAULT_STEPS = 256  # the budget: the shipped lesson's prompts need 36-132 (issue 54's note)
 MAX_STEPS = 2048
-SEGMENT_STEPS = 16  # Gauss-Legendre points per segment
-FIRST_SEGMENTS = 4
 TOLERANCE = 0.01  # stop refining when the segments' |delta| sum to 1% of the difference
 MAX_TOKENS = 1024  # each step is a forward and a backward pass over the path up to the token
-BATCH_TOKENS = 2048  # interpolation steps batched together, at most this many tokens per pass
+BATCH_TOKENS = 256  # interpolation steps batched together, at most this many tokens per pass
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the path is cut: Gauss-Legendre ``points`` per segment, ``first`` segments in the
+    first round, and whether a round integrates all its segments in one batch and halves as
+    many as the error needs (else one Captum call per segment and the worst one halved per
+    round, as before issue 54: ``OLD_PLAN``, which the benchmark runs beside this one)."""
+
+    points: int = 6
+    first: int = 4
+    batched: bool = True
+
+    @property
+    def least(self) -> int:
+        return self.points * self.first
+
+
+PLAN = Plan()
+OLD_PLAN = Plan(points=16, first=4, batched=False)
 
 
 class Stopped(Exception):
@@ -98,31 +127,55 @@ def _scorer(
 
 
 class _Segments:
-    """Integrated gradients along baseline -> input, one Captum call per segment [a, b]."""
+    """Integrated gradients along baseline -> input, in segments [a, b] of the path; a batched
+    plan integrates a round's segments in one Captum call, one segment per row of the batch."""
 
     def __init__(self, ig: Any, inputs: tuple[Tensor, ...], base: tuple[Tensor, ...],
-                 batch: int) -> None:  # fmt: skip
-        self.ig, self.inputs, self.base, self.batch = ig, inputs, base, batch
+                 rows: int, plan: Plan) -> None:  # fmt: skip
+        self.ig, self.inputs, self.base, self.rows, self.plan = ig, inputs, base, rows, plan
         self.parts: dict[tuple[float, float], tuple[tuple[Tensor, ...], float]] = {}
         self.steps = 0
 
-    def _at(self, a: float) -> tuple[Tensor, ...]:
-        return tuple(b + a * (x - b) for x, b in zip(self.inputs, self.base, strict=True))
+    def _at(self, where: list[float]) -> tuple[Tensor, ...]:
+        """The points of the path ``where`` of the way from the baseline, one row each."""
+        a = torch.tensor(where, dtype=self.inputs[0].dtype, device=self.inputs[0].device)
+        return tuple(b + a.view(-1, *[1] * (x.dim() - 1)) * (x - b)
+                     for x, b in zip(self.inputs, self.base, strict=True))  # fmt: skip
 
-    def add(self, a: float, b: float) -> None:
-        attrs, delta = self.ig.attribute(
-            self._at(b), baselines=self._at(a), n_steps=SEGMENT_STEPS,
-            internal_batch_size=self.batch, return_convergence_delta=True,
-        )  # fmt: skip
-        self.parts[(a, b)] = (tuple(attrs), float(delta.sum()))
-        self.steps += SEGMENT_STEPS
+    def add(self, spans: list[tuple[float, float]]) -> None:
+        """Integrate the segments ``spans``: ``plan.points`` points each."""
+        groups = [spans] if self.plan.batched else [[span] for span in spans]
+        for group in groups:
+            starts, ends = self._at([a for a, _ in group]), self._at([b for _, b in group])
+            attrs, delta = self.ig.attribute(
+                ends, baselines=starts, n_steps=self.plan.points, return_convergence_delta=True,
+                internal_batch_size=max(len(group), self.rows),
+            )  # fmt: skip
+            for k, span in enumerate(group):
+                self.parts[span] = (tuple(a[k : k + 1] for a in attrs), float(delta[k]))
+            self.steps += self.plan.points * len(group)
 
-    def split_worst(self) -> None:
-        worst = max(self.parts, key=lambda k: abs(self.parts[k][1]))
-        del self.parts[worst]
-        a, b = worst
-        self.add(a, (a + b) / 2)
-        self.add((a + b) / 2, b)
+    def worst(self, target: float, budget: int) -> list[tuple[float, float]]:
+        """The segments to halve next: the fewest, largest error first, whose halving could
+        bring the error within ``target`` (one alone in the old plan), as many as ``budget``
+        more steps pay for."""
+        order = sorted(self.parts, key=lambda k: -abs(self.parts[k][1]))
+        left, chosen, cost = self.error(), [], 2 * self.plan.points
+        for span in order:
+            if left <= target or (len(chosen) + 1) * cost > budget:
+                break
+            chosen.append(span)
+            left -= abs(self.parts[span][1])
+            if not self.plan.batched:
+                break
+        return chosen
+
+    def split(self, spans: list[tuple[float, float]]) -> None:
+        halves = []
+        for a, b in spans:
+            del self.parts[(a, b)]
+            halves += [(a, (a + b) / 2), ((a + b) / 2, b)]
+        self.add(halves)
 
     def error(self) -> float:
         return sum(abs(d) for _, d in self.parts.values())
@@ -139,14 +192,52 @@ def attribute_inputs(
     n_steps: int = DEFAULT_STEPS,
     progress: Callable[[float], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
+    say: Callable[[str], None] | None = None,
+    plan: Plan = PLAN,
 ) -> InputAttribution:
     """Integrated gradients of token ``step`` of ``path`` over the tokens before it, with at
-    most ``n_steps`` gradient evaluations (fewer when the integral converges sooner)."""
+    most ``n_steps`` gradient evaluations (fewer when the integral converges sooner).
+    ``progress`` hears the share of the budget spent, ``say`` a line per round (the steps and
+    the completeness gap so far); ``cancelled`` is asked before every block's forward and
+    backward, and raises ``Stopped`` when it answers True."""
     from captum.attr import IntegratedGradients
 
-    if not FIRST_SEGMENTS * SEGMENT_STEPS <= n_steps <= MAX_STEPS:
-        raise ValueError(f"The step budget must be {FIRST_SEGMENTS * SEGMENT_STEPS}..{MAX_STEPS}, "
-                         f"not {n_steps}.")  # fmt: skip
+    q = _checked(bundle, path, step, n_steps, plan.least)
+    token = path.tokens[step]
+    started = time.perf_counter()
+    with _input_grads_only(bundle.model), _stoppable(bundle.model, cancelled):
+        f, inputs, base = _scorer(bundle, path, q, token)
+        rows = max(1, BATCH_TOKENS // sum(x.shape[1] for x in inputs))
+        watched = _watched(f, n_steps, progress, cancelled)
+        segments = _Segments(IntegratedGradients(watched), inputs, base, rows, plan)
+        with torch.no_grad():
+            value, base_value = float(f(*inputs)), float(f(*base))
+        edges = [i / plan.first for i in range(plan.first + 1)]
+        segments.add(list(zip(edges, edges[1:], strict=False)))
+        target = TOLERANCE * abs(value - base_value)
+        while True:
+            if say is not None:
+                say(_round_line(segments, n_steps, value - base_value))
+            spans = segments.worst(target, n_steps - segments.steps)
+            if not spans:
+                break
+            segments.split(spans)
+        attrs, delta = segments.total()
+    scores = torch.cat([a[0].sum(-1) for a in attrs]).float().cpu().numpy()
+    table = TokenTable(bundle.tokenizer)
+    before = path.ids[: q + 1]
+    ids = (*path.context, *before) if path.encoder_decoder else before
+    return InputAttribution(
+        step=step, token=(token, table(token)), sources=tuple((int(i), table(int(i))) for i in ids),
+        scores=np.asarray(scores), value=value, baseline_value=base_value, delta=delta,
+        n_steps=segments.steps, seconds=time.perf_counter() - started,
+    )  # fmt: skip
+
+
+def _checked(bundle: Any, path: TokenPath, step: int, n_steps: int, least: int) -> int:
+    """The position whose output is token ``step``, or the reason it cannot be attributed."""
+    if not least <= n_steps <= MAX_STEPS:
+        raise ValueError(f"The step budget must be {least}..{MAX_STEPS}, not {n_steps}.")
     from engine.quant.linear import quantised_kind
 
     kind = quantised_kind(bundle.model)
@@ -160,52 +251,68 @@ def attribute_inputs(
         raise InternalsUnavailable(
             f"Input attribution reads at most {MAX_TOKENS} tokens; this token is at {q + 1}."
         )
-    token = path.tokens[step]
-    started = time.perf_counter()
-    with _input_grads_only(bundle.model):
-        f, inputs, base = _scorer(bundle, path, q, token)
-        per_step = sum(x.shape[1] for x in inputs)
-        batch = max(1, min(SEGMENT_STEPS, BATCH_TOKENS // per_step))
-        segments = _Segments(IntegratedGradients(_watched(f, n_steps, batch, progress, cancelled)),
-                             inputs, base, batch)  # fmt: skip
-        with torch.no_grad():
-            value, base_value = float(f(*inputs)), float(f(*base))
-        edges = [i / FIRST_SEGMENTS for i in range(FIRST_SEGMENTS + 1)]
-        for a, b in zip(edges, edges[1:], strict=False):
-            segments.add(a, b)
-        target = TOLERANCE * abs(value - base_value)
-        while segments.error() > target and segments.steps + 2 * SEGMENT_STEPS <= n_steps:
-            segments.split_worst()
-        attrs, delta = segments.total()
-    scores = torch.cat([a[0].sum(-1) for a in attrs]).float().cpu().numpy()
-    table = TokenTable(bundle.tokenizer)
-    before = path.ids[: q + 1]
-    ids = (*path.context, *before) if path.encoder_decoder else before
-    return InputAttribution(
-        step=step, token=(token, table(token)), sources=tuple((int(i), table(int(i))) for i in ids),
-        scores=np.asarray(scores), value=value, baseline_value=base_value, delta=delta,
-        n_steps=segments.steps, seconds=time.perf_counter() - started,
-    )  # fmt: skip
+    return q
+
+
+def _round_line(segments: _Segments, budget: int, change: float) -> str:
+    gap = segments.error() / abs(change) if change else 0.0
+    return (f"Integrated gradients: {segments.steps} of at most {budget} steps; the scores "
+            f"sum to within {gap:.1%} of the change (stops under {TOLERANCE:.0%}).")  # fmt: skip
+
+
+@contextmanager
+def _stoppable(model: nn.Module, cancelled: Callable[[], bool] | None) -> Iterator[None]:
+    """Stop within one block: ``cancelled`` asked before each block's forward, and before the
+    gradient flows back through each block's output."""
+    if cancelled is None:
+        yield
+        return
+
+    def check(*_args: Any) -> None:
+        if cancelled():
+            raise Stopped
+
+    def on_output(_m: nn.Module, _args: Any, output: Any) -> None:
+        h = output[0] if isinstance(output, tuple) else output
+        if isinstance(h, Tensor) and h.requires_grad:
+            h.register_hook(check)
+
+    handles = []
+    for block in _blocks(model):
+        handles.append(block.register_forward_pre_hook(check))
+        handles.append(block.register_forward_hook(on_output))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _blocks(model: nn.Module) -> list[nn.Module]:
+    an = anatomy(model)
+    if not an.encoder_decoder:
+        return an.blocks
+    encoder: Any = getattr(model, "encoder", None)
+    return [*an.blocks, *(list(encoder.block) if encoder is not None else [])]
 
 
 def _watched(
     f: Callable[..., Tensor],
     budget: int,
-    batch: int,
     progress: Callable[[float], None] | None,
     cancelled: Callable[[], bool] | None,
 ) -> Callable[..., Tensor]:
-    """``f`` that reports how far the step budget is spent and stops when asked."""
-    calls = [0]
-    # Captum evaluates the end points once more per segment for its delta: count those too
-    expected = -(-budget // batch) + 2 * budget // SEGMENT_STEPS
+    """``f`` that reports the share of the step budget spent (rows of gradient passes; the
+    end points Captum reads without gradients are not steps) and stops when asked."""
+    steps = [0]
 
     def watched(*xs: Tensor) -> Tensor:
         if cancelled is not None and cancelled():
             raise Stopped
-        calls[0] += 1
-        if progress is not None:
-            progress(min(1.0, calls[0] / expected))
+        if torch.is_grad_enabled():
+            steps[0] += int(xs[0].shape[0])
+            if progress is not None:
+                progress(min(1.0, steps[0] / budget))
         return f(*xs)
 
     return watched

@@ -24,7 +24,7 @@ from engine.internals.records import (
     StepInside,
     Token,
 )
-from engine.internals.trace import ATTENTION_MAX_TOKENS, TokenPath, Trace, capture
+from engine.internals.trace import ATTENTION_MAX_TOKENS, TokenPath, capture
 from engine.models.text import TokenTable
 
 LAYER_TOP = 5  # the lens's top tokens listed per layer
@@ -55,24 +55,54 @@ def _texts(table: TokenTable, ids: Any) -> tuple[Token, ...]:
 def inspect_step(
     bundle: Any, path: TokenPath, step: int, top_n: int = 10, attention: bool = True
 ) -> StepInside:
-    """The lens, the attention and the direct logit attribution of token ``step`` of ``path``."""
+    """The lens, the attention and the direct logit attribution of token ``step`` of ``path``,
+    from one pass over the whole path (``reader.PathReader`` reads a step of a path it has
+    read before from one more position)."""
     an = anatomy(bundle.model)
     started = time.perf_counter()
     q = path.query(step)
-    token = path.tokens[step]
-    notes: list[str] = []
-    read_attention = attention and q + 1 <= ATTENTION_MAX_TOKENS
-    if attention and not read_attention:
-        notes.append(f"Attention is shown for positions up to {ATTENTION_MAX_TOKENS} tokens; "
-                     f"this token is read at position {q + 1}.")  # fmt: skip
-    keep = torch.tensor([q])
-    trace = capture(an, path, keep, query=q if read_attention else None)
+    read_attention, notes = attention_fits(q, attention)
+    trace = capture(an, path, torch.tensor([q]), query=q if read_attention else None)
+    view = None
+    if read_attention:
+        assert trace.heads is not None
+        view = (trace.heads, trace.means, trace.cross)
+    return assemble(bundle, an, path, step, (trace.resid[:, 0], trace.mids[:, :, 0]), view,
+                    notes, started, top_n)  # fmt: skip
+
+
+def attention_fits(q: int, attention: bool) -> tuple[bool, list[str]]:
+    """Whether the attention of position ``q`` is read, and the note saying why not."""
+    if attention and q + 1 > ATTENTION_MAX_TOKENS:
+        return False, [f"Attention is shown for positions up to {ATTENTION_MAX_TOKENS} tokens; "
+                       f"this token is read at position {q + 1}."]  # fmt: skip
+    return attention, []
+
+
+def assemble(
+    bundle: Any,
+    an: Anatomy,
+    path: TokenPath,
+    step: int,
+    read: tuple[Tensor, Tensor],
+    attention: tuple[Tensor, list[Tensor], Tensor | None] | None,
+    notes: list[str],
+    started: float,
+    top_n: int = 10,
+) -> StepInside:
+    """The step's records from what a pass read at its position: ``read`` = (residual stream
+    [L + 1, d], after each sub-block [L, S - 1, d]); ``attention`` = (each head's weights
+    [L, H, q + 1], the head-averaged matrices for rollout, cross-attention or None)."""
+    q, token = path.query(step), path.tokens[step]
     table = TokenTable(bundle.tokenizer)
-    resid, mids = trace.resid[:, 0], trace.mids[:, :, 0]
+    resid, mids = read
     logp = lens_logprobs(an, resid)  # [L + 1, V]
     lens = _lens_view(logp, token, top_n, table)
     dla = _attribution(an, resid, mids, logp[-1], token, table)
-    view = _attention_view(an, trace, path, q, table) if read_attention else None
+    view = None
+    if attention is not None:
+        heads, means, cross = attention
+        view = _attention_view(an, heads, means, cross, path, q, table)
     return StepInside(step, q, (token, table(token)), lens, view, dla,
                       time.perf_counter() - started, tuple(notes))  # fmt: skip
 
@@ -124,15 +154,14 @@ def _attribution(
 
 
 def _attention_view(
-    an: Anatomy, trace: Trace, path: TokenPath, q: int, table: TokenTable
-) -> AttentionView:
-    assert trace.heads is not None
-    rollout = rollout_row(trace.means).cpu().numpy() if trace.means else None
-    cross = trace.cross.cpu().numpy() if trace.cross is not None else None
+    an: Anatomy, heads: Tensor, means: list[Tensor], cross: Tensor | None, path: TokenPath, q: int,
+    table: TokenTable,
+) -> AttentionView:  # fmt: skip
+    rollout = rollout_row(means).cpu().numpy() if means else None
     return AttentionView(
-        sources=_texts(table, path.ids[: q + 1]), heads=trace.heads.cpu().numpy(),
-        rollout=rollout, cross_sources=_texts(table, path.context) if an.encoder_decoder else (),
-        cross=cross,
+        sources=_texts(table, path.ids[: q + 1]), heads=heads.cpu().numpy(), rollout=rollout,
+        cross_sources=_texts(table, path.context) if an.encoder_decoder else (),
+        cross=cross.cpu().numpy() if cross is not None else None,
     )  # fmt: skip
 
 

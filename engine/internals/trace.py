@@ -111,10 +111,14 @@ class _Recorder:
     """The hooks of one pass and what they read."""
 
     def __init__(
-        self, an: Anatomy, keep: Tensor, query: int | None, rollout: bool, mids: bool
-    ) -> None:
+        self, an: Anatomy, keep: Tensor, query: int | None, rollout: bool, mids: bool,
+        row: int | None = None,
+    ) -> None:  # fmt: skip
         self.an, self.keep, self.query, self.rollout = an, keep, query, rollout
         self.read_mids = mids
+        # the query's row in the weights: its position in a full pass, 0 in a one-token pass
+        # over the cached keys (engine.internals.reader)
+        self.row = query if row is None else row
         n = an.layers
         self.resid: list[Tensor | None] = [None] * (n + 1)
         self.mids: list[list[Tensor | None]] = [[None] * len(m) for m in an.mids]
@@ -162,7 +166,7 @@ class _Recorder:
             w = _weights(output)[0]  # [H, T, T]
             q = self.query
             assert q is not None
-            self.heads[i] = w[:, q, : q + 1].float()
+            self.heads[i] = w[:, self.row, : q + 1].float()
             if self.rollout:
                 self.means.append(w[:, : q + 1, : q + 1].float().mean(0))
 
@@ -172,7 +176,7 @@ class _Recorder:
         def hook(_m: nn.Module, _args: Any, output: Any) -> None:
             q = self.query
             assert q is not None
-            self.cross[i] = _weights(output)[0, :, q, :].float()
+            self.cross[i] = _weights(output)[0, :, self.row, :].float()
 
         return hook
 

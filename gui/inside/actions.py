@@ -2,16 +2,23 @@
 clicked token (else its last), or the scored text's clicked token while the Score view is open.
 Each step is read by one job on the runner, only when the tab is shown and the runner is idle:
 a run is never slowed or interrupted (the tab says so and catches up when it ends), and with
-the tab closed nothing is computed. The last few results are kept, so going back is instant.
+the tab closed nothing is computed. The last few results are kept, so going back is instant;
+the path's keys and values are kept too (``engine.internals.reader``), so a token not seen yet
+costs a one-token pass once the positions before it were read (issue 54: 0.8 s to read token
+512 of a 512-token run from scratch, whichever token was clicked). The step clicked is read
+first (the decision strip waits for it), on the threads the machine's load leaves free.
 
 "Colour by decision layer" in the output pane asks for the run's decision strip the same way;
-the Inputs page asks for integrated gradients on demand (progress in the status bar, Stop).
+the Inputs page asks for integrated gradients on demand (a progress bar and line on the page
+and in the status bar, a Stop on the page that ends it within one block and puts the page back
+as it was).
 
 The composition root makes one ``InsideActions(InsideNeeds(...))``; it is never given the
 window."""
 
 from __future__ import annotations
 
+import html
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,6 +26,7 @@ from typing import Any, Protocol
 from PySide6.QtCore import Slot
 
 from engine.classroom.lesson_reader import INSIDE_PAGES
+from engine.internals.pace import LoadWatch
 from gui.common.token_pane import COLOR_BY_DECISION
 from gui.core.runtime import all_cores
 from gui.core.session import Session
@@ -59,14 +67,21 @@ class Target:
     context: tuple[int, ...] | None  # ... or the ids a scored text was read after
     tokens: tuple[int, ...]
     step: int
+    whole: tuple[int, ...] = ()  # every token of the run or text: what the reader reads on
+    kind: str = "run"  # "run" or "score": each keeps its own reader
 
     def path(self, bundle: Any) -> Any:
+        return self.paths(bundle)[0]
+
+    def paths(self, bundle: Any) -> tuple[Any, Any]:
+        """The path up to the token, and the whole run's or text's."""
         from engine.internals.inspect import path_for
 
         context = self.context
         if context is None:
             context = tuple(bundle.encode_prompt(self.prompt, self.chat))
-        return path_for(bundle, context, self.tokens)
+        whole = path_for(bundle, context, self.whole or self.tokens)
+        return path_for(bundle, context, self.tokens), whole
 
 
 class InsideActions:
@@ -80,6 +95,9 @@ class InsideActions:
         self.strip_key: tuple[Any, ...] | None = None  # the path the strip is (being) read for
         self.strips: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # DecisionStrip by path
         self.current: Target | None = None
+        self.readers: dict[str, Any] = {}  # engine.internals.reader.PathReader by Target.kind
+        self.fast = True  # False: each step from a full pass, as before issue 54 (the bench)
+        self.load = LoadWatch()  # the machine's load, read on the display clock
         w.output.color_mode.addItem("Colour by decision layer", COLOR_BY_DECISION)
         self.view.inputs.requested.connect(self.attribute)
         w.plots.tabs.currentChanged.connect(lambda _i: self.sync())
@@ -91,6 +109,8 @@ class InsideActions:
         w.runner.failed.connect(self._job_failed)
         self.after_run_step: int | None = None  # a lesson stage's token, shown when its run ends
         w.runner.fraction.connect(self._progress)
+        w.runner.progress.connect(self._said)
+        self.view.inputs.stop_requested.connect(self.stop_attribution)
         self._frame = 0
 
     # -- what is in view ------------------------------------------------------------------------
@@ -105,16 +125,18 @@ class InsideActions:
             tokens = tuple(t.token_id for t in score.tokens)
             where = f"Token {score.tokens[i].index + 1} of the scored text:"
             context = tuple(score.context_ids)
-            return Target(("score", id(score), i), where, "", False, context, tokens, i)
+            return Target(("score", id(score), i), where, "", False, context, tokens, i,
+                          tokens, "score")  # fmt: skip
         run, steps = w.store.run, w.store.steps
         if run is None or not steps:
             return None
         sel = w.views.selected
         i = sel if sel is not None and sel < len(steps) else len(steps) - 1
-        tokens = tuple(s.token_id for s in steps[: i + 1])
+        whole = tuple(s.token_id for s in steps)
+        tokens = whole[: i + 1]
         key = ("run", run.prompt, bool(run.chat_template), tokens)
         return Target(key, f"Token {i + 1} of the run:", run.prompt, bool(run.chat_template),
-                      None, tokens, i)  # fmt: skip
+                      None, tokens, i, whole)  # fmt: skip
 
     def _unavailable(self) -> str | None:
         bundle = self.w.bundle
@@ -130,9 +152,14 @@ class InsideActions:
         """Show the step in view, asking for it when it is not at hand. With the tab closed and
         no pane coloured by decision layer this returns at once (it runs five times a second)."""
         w = self.w
-        self._sync_strip()  # where a pane is coloured by decision layer
         if w.plots.tabs.currentWidget() is not self.view:
+            self._sync_strip()  # where a pane is coloured by decision layer
             return
+        self._sync_step()
+        self._sync_strip()  # after the step in view: what was clicked is read first
+
+    def _sync_step(self) -> None:
+        w = self.w
         target = self._target()
         if target is None:
             self.view.show_message("Generate, or click a token, to look inside the step that "
@@ -156,17 +183,28 @@ class InsideActions:
         self._start(target)
 
     def _start(self, target: Target) -> None:
+        fast, load = self.fast, self.load
+        reader = self.readers.get(target.kind) if fast else None
+
         def work(_job: Any, bundle: Any) -> Any:
             from engine.errors import InternalsUnavailable
             from engine.internals.inspect import inspect_step
+            from engine.internals.reader import reader_for
 
             try:
-                with all_cores():
-                    return inspect_step(bundle, target.path(bundle), target.step)
+                with all_cores(), load.fitting():
+                    path, whole = target.paths(bundle)
+                    found = reader_for(reader, bundle, whole) if fast else None
+                    if found is None:  # an encoder-decoder, or the bench's old path
+                        return None, inspect_step(bundle, path, target.step)
+                    return found, found.inspect(bundle, path, target.step)
             except InternalsUnavailable as exc:  # said in the tab, not in a dialog
-                return str(exc)
+                return None, str(exc)
 
-        def done(inside: Any) -> None:
+        def done(result: Any) -> None:
+            found, inside = result
+            if found is not None:
+                self.readers[target.kind] = found
             if isinstance(inside, str):
                 self.failed[target.key] = inside
                 self.shown = target.key
@@ -193,8 +231,7 @@ class InsideActions:
             self.failed[self.current.key] = message
             self.view.show_message(message)
             self.shown = self.current.key
-            self.view.inputs.button.setEnabled(True)
-            self.view.inputs.progress.hide()
+            self.view.inputs.end_busy()
 
     # -- the decision strip -------------------------------------------------------------------
 
@@ -269,37 +306,48 @@ class InsideActions:
         if w.runner.busy:
             w.show_error("Busy: wait for the current job, or press Stop.")
             return
-        page = self.view.inputs
+        page, load, before = self.view.inputs, self.load, self.view.inputs.state()
 
         def work(job: Any, bundle: Any) -> Any:
             from engine.internals.attribution import Stopped, attribute_inputs
 
             try:
-                with all_cores():
+                with all_cores(), load.fitting():
                     return attribute_inputs(bundle, target.path(bundle), target.step,
-                                            progress=job.fraction.emit,
+                                            progress=job.fraction.emit, say=job.say,
                                             cancelled=job.controls.cancelled.is_set)  # fmt: skip
             except Stopped:
                 return None
 
         def done(result: Any) -> None:
-            page.button.setEnabled(True)
-            page.progress.hide()
-            if result is None:
-                page.clear_result("Stopped.")
+            if result is None:  # stopped: the page as it was before the button
+                page.restore(before)
+                self.w.say("Input attribution stopped.")
             elif self.shown == target.key:
                 page.show_attribution(result)
+            else:
+                page.end_busy()
 
         if w.runner.job("attribution", work, done):
-            page.button.setEnabled(False)
-            page.progress.setValue(0)
-            page.progress.show()
-            page.clear_result("Integrating the gradients along the path… (Stop ends it)")
+            page.start_busy()
+
+    @Slot()
+    def stop_attribution(self) -> None:
+        """The page's Stop: ends the attribution within one block (the job then ends)."""
+        if self.w.runner.job_name == "attribution":
+            self.view.inputs.stop.setEnabled(False)
+            self.w.runner.stop()
 
     @Slot(float)
     def _progress(self, fraction: float) -> None:
         if self.w.runner.job_name == "attribution":
             self.view.inputs.progress.setValue(round(1000 * fraction))
+
+    @Slot(str)
+    def _said(self, text: str) -> None:
+        """The attribution's line per round, on the page too (the status bar has it)."""
+        if self.w.runner.job_name == "attribution":
+            self.view.inputs.note.setText(html.escape(text) + " (Stop ends it)")
 
     # -- lessons ------------------------------------------------------------------------------
 
@@ -322,6 +370,7 @@ class InsideActions:
     def tick(self, _busy: bool) -> None:  # the display clock
         self._frame += 1
         if self._frame % POLL_FRAMES == 0:
+            self.load.read()
             self.sync()
 
     def set_text_size(self, _points: int, _presenting: bool) -> None:  # the display clock
