@@ -12,6 +12,12 @@ if sys.stdout is None:
 if sys.stderr is None:
     sys.stderr = open(os.devnull, "w")  # noqa: SIM115
 
+# Before anything imports torch (engine.runtime.launch): the machine's load at the start, which
+# the adaptive thread count reads first. The packaged build's runtime hook has done it already.
+from engine.runtime.launch import prepare  # noqa: E402
+
+prepare()
+
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 

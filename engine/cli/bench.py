@@ -107,12 +107,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.pipeline:
         return _pipeline_only(args, say)
     if args.contention:
-        from engine.drivers.bench_contention import contention_section
-
-        figures["contention"] = contention_section(say)
-        if not args.skip_gui and args.gui_bench is not None:  # the window under load
-            figures.update(args.gui_bench(None, say, args))
-        return _written(figures, args.json)
+        return _written(_contention(args, say), args.json)
     bundle = open_model("smollm2-135m", device="cpu", dtype="float32")
     if args.experiments:
         from engine.drivers.bench_experiments import experiments_section
@@ -146,6 +141,17 @@ def _with_window(
     clicks), unless ``--skip-gui``."""
     if not args.skip_gui and args.gui_bench is not None:
         figures.update(args.gui_bench(bundle, say, args))
+    return figures
+
+
+def _contention(args: argparse.Namespace, say: Callable[[str], None]) -> dict:
+    """``--contention``: section 12, then the window under load (section 13, from main.py's
+    ``gui_bench``) unless ``--skip-gui``."""
+    from engine.drivers.bench_contention import contention_section
+
+    figures = {"contention": contention_section(say)}
+    if not args.skip_gui and args.gui_bench is not None:
+        figures.update(args.gui_bench(None, say, args))
     return figures
 
 

@@ -41,8 +41,10 @@ safe from any thread). ``DECODING_LAB_ADAPTIVE_THREADS=0`` turns it off.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -51,6 +53,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from engine.runtime.load import cpu_seconds, usable_cores
+
 SWITCH = "DECODING_LAB_ADAPTIVE_THREADS"
 SLOW = 2.0  # a step this many times its usual time is slow ...
 STRIKES = 2  # ... and this many slow steps in a row drop a thread
@@ -58,6 +62,7 @@ COLLAPSE = 4.0  # one step this slow drops at once
 CROWDED = 2  # load readings in a row that leave fewer free cores than threads drop one too
 CREEP = 0.002  # a key's usual time may rise this much a step (its context grows)
 WINDOW_S = 0.5  # the machine's load is read at most this often
+STALE_S = 2.0  # a reading this long (a pause, the process's start) is an average already
 QUIET_S = 1.0  # quiet this long before more threads; doubled after a failed return, up to
 MAX_QUIET_S = 16.0
 STAY_S = 30.0  # a return that holds this long is a success (the wait goes back to QUIET_S)
@@ -88,36 +93,6 @@ def reduced_message(threads: int, ceiling: int) -> str:
 # ---- the machine's load --------------------------------------------------------------------
 
 
-def cpu_seconds() -> tuple[float, float] | None:
-    """(CPU seconds the whole machine has been busy, summed over its CPUs, including time a
-    hypervisor gave to others; CPU seconds of this process, every thread), both since some
-    fixed start; None where the machine's figure cannot be read."""
-    ours = os.times()
-    mine = ours.user + ours.system
-    try:
-        with open("/proc/stat", "rb") as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]
-        # user nice system idle iowait irq softirq steal
-        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), mine
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
-    except ImportError:
-        return None
-    t = psutil.cpu_times()
-    idle = t.idle + getattr(t, "iowait", 0.0)
-    return sum(t) - idle, mine
-
-
-def usable_cores() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def fitting_threads(others: float, cores: int, ceiling: int) -> int:
     """How many threads fit the cores other programs leave free (``others``: the cores they
     use), between 1 and ``ceiling``."""
@@ -130,8 +105,10 @@ def fitting_threads(others: float, cores: int, ceiling: int) -> int:
 class ThreadGovernor:
     """The adaptive thread count (the module's head says how it decides). Everything it reads
     is given: the thread count's getter and setter, a clock and the load (``cpu_seconds``'s
-    shape), so the tests drive it with fakes. One stepping thread at a time calls ``step``;
-    ``state`` may be read from any thread."""
+    shape), so the tests drive it with fakes; ``since``, where given, opens the first load
+    reading (``(clock, busy, ours)``: the process's start, ``engine.runtime.launch``). One
+    stepping thread at a time calls ``step`` and ``prime``; ``state`` may be read from any
+    thread."""
 
     def __init__(
         self,
@@ -141,6 +118,7 @@ class ThreadGovernor:
         load: Callable[[], tuple[float, float] | None] = cpu_seconds,
         cores: int | None = None,
         enabled: bool = True,
+        since: tuple[float, float, float] | None = None,
     ) -> None:
         self._get, self._set_threads, self._clock, self._load = (
             get_threads, set_threads, clock, load,
@@ -158,9 +136,10 @@ class ThreadGovernor:
         self._changed_at = -math.inf  # when the count last dropped or rose
         self._raised_at = -math.inf
         self._quiet_since: float | None = None
-        self._window: tuple[float, float, float] | None = None  # (clock, busy, ours)
+        self._window = since  # the open load reading's start: (clock, busy, ours)
         self._others: float | None = None
         self._read_since = -math.inf  # the start of the window ``_others`` covers
+        self._last_span = 0.0  # and how long that window was
         self._reductions = 0
         self._state = ThreadState(0, 0)
 
@@ -173,10 +152,19 @@ class ThreadGovernor:
         if not self.enabled:
             yield
             return
+        self._begin(STALE_S)
         n = self._adopt()
         start = self._clock()
         yield
         self.observe(key, n, self._clock() - start)
+
+    def prime(self) -> None:
+        """A run begins here (its prompt's pass, before its first step): read the load since
+        the last reading (the process's start, or the pause since the last run) where that
+        covers at least ``WINDOW_S``, and drop threads before the pass if it left too few free
+        cores; then a reading's window starts here."""
+        if self.enabled:
+            self._begin(WINDOW_S)
 
     def state(self) -> ThreadState:
         """The current ``ThreadState`` (a snapshot; any thread)."""
@@ -189,9 +177,7 @@ class ThreadGovernor:
             if n != self._set:  # the count changed under the step: nothing to judge
                 return
             now = self._clock()
-            if self._read_load(now) and self._others is not None:
-                crowded = fitting_threads(self._others, self.cores, self.ceiling) < n
-                self._crowded = self._crowded + 1 if crowded else 0
+            self._count_crowded(now, n)
             if n > 1 and (slow == "collapse" or self._crowded >= CROWDED):
                 self._drop(n, now)
             elif n > 1 and slow == "slow":
@@ -219,6 +205,34 @@ class ThreadGovernor:
                 self._quiet_since = None
                 self._publish()
         return n
+
+    def _begin(self, span: float) -> None:
+        """Before a run's pass or a step: open a load reading's window where none is open; where
+        the open one covers ``span`` or more (a run's start, a step after a pause), read the
+        load over it and drop threads now if it left too few free cores, so the run's first
+        steps (no usual time to look slow against, or one from a quieter minute) do not spin
+        on a busy machine."""
+        n = self._adopt()
+        now = self._clock()
+        with self._lock:
+            if self._window is None:
+                self._read_load(now)  # opens the window
+            elif now - self._window[0] >= span:
+                self._count_crowded(now, n)
+                if n > 1 and self._crowded >= CROWDED:
+                    self._drop(n, now)
+                    self._publish()
+
+    def _count_crowded(self, now: float, n: int) -> None:
+        """Read the load where a reading is due and count it: crowded when the cores other
+        programs left free fit fewer than ``n`` threads. A reading over ``STALE_S`` or more (a
+        pause, the process's start) counts as ``CROWDED`` readings: it is an average already."""
+        if self._read_load(now) and self._others is not None:
+            if fitting_threads(self._others, self.cores, self.ceiling) >= n:
+                self._crowded = 0
+            else:
+                long = self._last_span >= STALE_S
+                self._crowded += CROWDED if long else 1
 
     def _usual_times(self, key: Any) -> dict[int, float]:
         try:
@@ -251,7 +265,7 @@ class ThreadGovernor:
         if fresh:
             t0, busy0, ours0 = self._window
             self._others = max(0.0, (got[0] - busy0) - (got[1] - ours0)) / (now - t0)
-            self._read_since = t0
+            self._read_since, self._last_span = t0, now - t0
         self._window = (now, got[0], got[1])
         return fresh
 
@@ -315,9 +329,12 @@ def governor() -> ThreadGovernor:
             if _GOVERNOR is None:
                 import torch
 
+                from engine.runtime.launch import started
+
                 _GOVERNOR = ThreadGovernor(
-                    torch.get_num_threads, torch.set_num_threads, enabled=switched_on()
-                )
+                    torch.get_num_threads, torch.set_num_threads, enabled=switched_on(),
+                    since=started(),
+                )  # fmt: skip
     return _GOVERNOR
 
 
@@ -328,10 +345,37 @@ def governed(key: Any) -> Any:
 
 def governed_step(key: Any, device: Any, new_positions: int) -> Any:
     """``governed(key)`` for a one-token step on the CPU (the steps that repeat and compare);
-    no context for a prompt's pass or another device's step."""
-    if getattr(device, "type", device) != "cpu" or new_positions != 1:
+    no context for a prompt's pass (it opens the run's first load reading) or another device's
+    step."""
+    if getattr(device, "type", device) != "cpu":
+        return nullcontext()
+    if new_positions != 1:
+        governor().prime()  # a prompt's pass: the run's first load reading starts here
         return nullcontext()
     return governed(key)
+
+
+def release_pool() -> bool:
+    """Free the OpenMP thread pool of the calling thread, if it has one (libgomp's
+    ``omp_pause_resource_all``): a thread that ran torch's parallel work keeps its pool's
+    threads, and while the process holds more of libgomp's threads than the machine has cores,
+    every thread's waits in every pool spin 100 times instead of 300,000 and then sleep, which
+    slows a 2-thread step to about one thread's speed (120 SmolLM2-sized matrix-vector products
+    in a second thread: 8.1 ms, 14.7 ms once the main thread had run one parallel product,
+    8.2 ms after this). Call it on a thread that will not run the model (the window's GUI
+    thread, a benchmark's main thread before other threads decode); whether a pool was freed
+    is not known, only whether the call was made. Does not import torch."""
+    if "torch" not in sys.modules:
+        return False
+    try:
+        process = ctypes.CDLL(None)
+        pause = process.omp_pause_resource_all
+    except (AttributeError, OSError):  # no OpenMP runtime in reach here
+        return False
+    if hasattr(process, "__kmpc_fork_call"):  # LLVM's or Intel's runtime: it pauses them all
+        return False
+    pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+    return pause(1) == 0  # omp_pause_soft
 
 
 def thread_state() -> ThreadState:

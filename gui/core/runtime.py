@@ -3,7 +3,7 @@
 * ``tame_pyside_import_hook``: at import of ``gui`` (before torch is imported).
 * ``set_switch_interval``: when the QApplication is made.
 * ``all_cores``: around the Inside tab's jobs (a prefill-sized pass the user waits on).
-* ``window_threads`` / ``configure_threads``: the window's torch threads (every core).
+* ``window_threads`` / ``configure_threads``: the window's torch threads (one core fewer).
 * ``import_engine``: in the first worker job (torch and transformers load after the window
   shows); it also gives torch its threads and exempts the libraries from the collector.
 """
@@ -47,18 +47,24 @@ def set_switch_interval() -> None:
 
 
 def window_threads() -> int:
-    """The torch threads the window's jobs run on: every core this process may use, as the
-    CLI does. Until issue 57 the window left one core to the GUI thread; on a 2-core machine
-    that held it at one thread's speed, idle or not, and left the adaptive thread count
-    (``engine.runtime.threads``) nothing to reduce when another program takes a core. Measured
-    side by side (``main.py bench --contention``, section 13; gui/devtools/load_bench.py)."""
-    from engine.runtime.threads import usable_cores
+    """The torch threads the window's jobs decode on: one core fewer than this process may
+    use, so the GUI thread keeps a core to paint on (at least one thread). Measured side by
+    side on a 2-core Xeon (``main.py bench --contention``, section 13), the window on every
+    core gained nothing: with 2 threads each step waits at its barriers whenever the GUI thread
+    (0.17 core at the display clock's 30 Hz, and the GIL) takes a core from one of them, so its
+    steps' median was 51-55 ms against the CLI's 42-47, with a tail to 133-277 ms, and the
+    window made 13.7-16.2 tok/s on 2 threads against 14.9-16.2 on one; the event loop's longest
+    block was 47-144 ms against 25-49; with one busy background process 12.3 tok/s against
+    14.2. On one thread there is no barrier for the GUI thread to stall, and on a busy machine
+    one thread is what the adaptive thread count (``engine.runtime.threads``) would drop to."""
+    from engine.runtime import load
 
-    return usable_cores()
+    return max(1, load.usable_cores() - 1)
 
 
 def configure_threads() -> None:
-    """Give torch the window's thread count (``window_threads``)."""
+    """Give torch the window's thread count (``window_threads``): batch-1 decoding is bound by
+    memory bandwidth, and the window stops competing with the model for the CPU."""
     import torch
 
     threads = window_threads()
@@ -68,17 +74,18 @@ def configure_threads() -> None:
 
 @contextmanager
 def all_cores() -> Iterator[None]:
-    """Every core for a short job the user waits on (reading inside a step: a prefill-sized
-    forward pass, which scales with cores where decoding does not), unless the adaptive thread
-    count has reduced the threads because the machine is busy (more threads would collapse
-    there); the count as it was afterwards. The window runs on every core now
-    (``window_threads``), so this changes the count only where something else set fewer."""
+    """Every core for a short job the user waits on with an idle window (reading inside a step:
+    a prefill-sized forward pass, which scales with cores where decoding does not), or as many
+    as other programs left free at the last load reading (``engine.runtime.threads``: more
+    threads than free cores collapse), and none added while that count is reduced; the
+    window's thread count again afterwards."""
     import torch
 
-    from engine.runtime.threads import thread_state
+    from engine.runtime.threads import fitting_threads, thread_state, usable_cores
 
-    before = torch.get_num_threads()
-    wanted = before if thread_state().reduced else max(before, window_threads())
+    before, cores, state = torch.get_num_threads(), usable_cores(), thread_state()
+    room = cores if state.others is None else fitting_threads(state.others, cores, cores)
+    wanted = before if state.reduced else max(before, room)
     torch.set_num_threads(wanted)
     try:
         yield

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Slot
 
-from engine.runtime.threads import thread_state
+from engine.runtime.threads import release_pool, thread_state
 from engine.validate.served import unknown_ids_notice
 
 if TYPE_CHECKING:
@@ -94,6 +94,8 @@ class JobStatus(QObject):
 
     @Slot(bool)
     def on_busy(self, busy: bool) -> None:
+        if busy:  # a job starts: the GUI thread keeps no OpenMP pool to throttle its threads
+            release_pool()
         bar = self.n.status.busy
         bar.setRange(0, 0)  # busy, for as long as nothing says how far it got
         bar.setVisible(busy)

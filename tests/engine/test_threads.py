@@ -25,7 +25,9 @@ class Machine:
     """A fake machine: a clock moved by hand, torch's thread count, and the CPU seconds other
     programs and this process have used (None: the load cannot be read)."""
 
-    def __init__(self, threads: int = 2, cores: int = 2, readable: bool = True) -> None:
+    def __init__(
+        self, threads: int = 2, cores: int = 2, readable: bool = True, started: bool = False
+    ) -> None:
         self.now = 100.0
         self.threads = threads
         self.others = 0.0  # cores other programs use now
@@ -35,7 +37,7 @@ class Machine:
         self.sets: list[int] = []
         self.gov = ThreadGovernor(
             lambda: self.threads, self._set, clock=lambda: self.now, load=self._load,
-            cores=cores,
+            cores=cores, since=(self.now, 0.0, 0.0) if started else None,
         )  # fmt: skip
 
     def _set(self, n: int) -> None:
@@ -157,6 +159,61 @@ def test_a_machine_busy_from_the_first_step_drops_on_its_load_readings():
     m.idle(0.6)
     m.step(USUAL)  # twice in a row
     assert m.sets == [1] and m.gov.state().reduced
+
+
+def test_collapsed_steps_from_the_first_drop_after_two():
+    """A run that starts on a busy machine: its steps are slow from the first, so none looks
+    slow; the load is read from the first step's start, and the second step drops."""
+    m = Machine()
+    m.others = 1.0
+    m.step(0.6)
+    assert m.sets == []
+    m.step(0.6)
+    assert m.sets == [1]
+
+
+def test_a_process_started_on_a_busy_machine_drops_before_its_prompt():
+    """The load read from the process's start (engine.runtime.launch) to its first prompt's
+    pass: seconds of a busy machine count at once, and the pass runs on fewer threads."""
+    m = Machine(started=True)
+    m.others = 1.0
+    m.idle(3.0)  # importing torch, loading the model
+    m.gov.prime()
+    assert m.sets == [1] and m.gov.state().reduced
+
+
+def test_a_quiet_start_keeps_its_threads():
+    m = Machine(started=True)
+    m.others = 0.1
+    m.idle(3.0)
+    m.gov.prime()
+    m.steps(20, USUAL)
+    assert m.sets == []
+
+
+def test_a_short_busy_start_waits_for_a_second_reading():
+    """Less than STALE_S from the start: one reading, not an average; a second decides."""
+    m = Machine(started=True)
+    m.others = 1.0
+    m.idle(0.6)
+    m.gov.prime()
+    assert m.sets == []
+    m.step(USUAL)
+    m.idle(0.6)
+    m.step(USUAL)
+    assert m.sets == [1]
+
+
+def test_a_step_after_a_busy_pause_runs_on_fewer_threads():
+    """A run continued after a pause in which another program took a core: the step that
+    begins it is already on fewer threads (it would spin otherwise)."""
+    m = Machine()
+    m.steps(20, USUAL)
+    m.others = 1.0
+    m.idle(5.0)
+    with m.gov.step("model"):
+        assert m.threads == 1
+    assert m.sets == [1]
 
 
 def test_two_busy_programs_keep_one_thread():
