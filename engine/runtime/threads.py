@@ -5,10 +5,13 @@ Why: at batch 1 a step of a small model is ~150 short parallel regions (SmolLM2-
 121 oneDNN matrix-vector products, 30 SDPA calls, 3 of the lab's vocabulary passes), each ending
 in a barrier where the threads wait for each other. When another program takes a core, the OS
 parks one of the threads for a scheduler slice while the other waits for it at every barrier;
-libgomp's waiting thread spins for ~15 ms first (300,000 pauses), holding the very core the
-parked thread needs. Measured on a 2-core Intel Xeon (KVM) with one busy process: a region that
-takes ~0.2 ms alone took 3 ms on average (154 regions a token, 97% of its time inside them),
-and a token 0.5-2 s where it takes ~35 ms. With one thread there is no barrier to wait at.
+libgomp's waiting thread spins first (300,000 pauses: about 1 ms here, up to 4), holding the
+very core the parked thread needs. Profiled with ``perf record`` (2-core Intel Xeon, KVM; SmolLM2 float32 on
+2 threads, the adaptive count off, one busy process and the other programs of a shared machine):
+83-92% of the process's samples in libgomp's spin loop (``pause``, compare, branch), 5-11% in
+oneDNN's matrix-vector kernels; 0.5-0.7 tok/s where one thread makes 4-16. Governed, the same
+run had no sample in libgomp (77% in the kernels) and made 7.7 tok/s. With one thread there is
+no barrier to wait at.
 
 How: ``ThreadGovernor.step(key)`` times one decode step at its thread count ``n``. Each key (a
 model) keeps its usual time at each count, the lower envelope of its steps (down at once, up by
@@ -16,23 +19,29 @@ at most ``CREEP`` a step, as the context grows). A step ``COLLAPSE`` times its u
 ``STRIKES`` steps in a row ``SLOW`` times it, drop to fewer threads: as many as the cores other
 programs left free (the machine's CPU time less this process's, read every ``WINDOW_S``), at
 most ``n - 1``; so do ``CROWDED`` load readings in a row that leave fewer free cores than
-threads (a machine busy from the first step, whose usual time is a busy one's). The count
-comes back when the machine's load has left room for more threads for ``quiet_s`` (1 s,
-doubled after each return that failed within ``STAY_S``, up to 16 s); where the load cannot be
-read, it comes back after ``quiet_s`` on trial, and a slow step drops it again.
+threads (a machine busy from the first step, whose usual time is a busy one's). A run's
+prompt pass (``prime``) and a step after a pause read the load over the time since the last
+reading, from the process's start for the first (``engine.runtime.launch``); a reading over
+``STALE_S`` or more counts as ``CROWDED`` readings, so a run begun on a busy machine drops
+before its prompt's pass. The count comes back when the machine's load has left room for more
+threads for ``quiet_s`` (1 s, doubled after each return that failed within ``STAY_S``, up to
+16 s); where the load cannot be read, it comes back after ``quiet_s`` on trial, and a slow step
+drops it again. What it cannot tell: other programs that would yield their core (a low-priority
+job) read as busy as any, so the count stays reduced beside them.
 Threads never change a bit of a step's output (tests/engine/test_threads.py checks the bundled
 model at 1, 2 and alternating counts): only its speed.
 
-Why not a passive wait (``OMP_WAIT_POLICY=passive`` before torch loads, so a waiting thread
-sleeps at once): measured side by side on the same machine, it keeps two threads near one
-thread's speed under load, but every region then wakes a sleeping thread, which costs a quiet
-machine 20-30% (a chain of SmolLM2's 120 matrix-vector products, best of 15: 21-22 ms spinning,
-28-35 ms passive, 25 ms on one thread; a float32 token's median 40-47 ms spinning, 48-58 ms
-passive). A bounded spin (``GOMP_SPINCOUNT`` 1,000 to 100,000) collapsed under load all the
-same (3-20x). So the threads keep libgomp's spin, which is fastest while the machine is quiet,
-and this governor takes the second thread away while it is not: a step at one thread has no
-barrier to spin at. What it cannot spare is the step during which the load begins (one slow
-step, then the count drops).
+Why not a passive wait: ``engine.runtime.launch``'s head has the figures (a quiet machine
+loses 25% with ``OMP_WAIT_POLICY=passive``; a shorter ``GOMP_SPINCOUNT`` spares only the steps
+this governor already cuts). So the threads keep libgomp's spin, which is fastest while the
+machine is quiet, and this governor takes the second thread away while it is not. What it
+cannot spare is the step during which the load begins (one slow step, then the count drops).
+
+libgomp's other trap (``release_pool``): every thread that ran torch's parallel work keeps a
+pool of threads, and while the process holds more of them than cores, every pool's waits spin
+100 times instead of 300,000 and sleep: a second thread's 2-thread steps then run at one
+thread's speed. The window's jobs each run on a thread of their own, so the GUI thread must
+keep no pool.
 
 What reads it: the steppers (``engine.step``) wrap each one-token CPU step in ``governed``; the
 window's status bar and ``main.py bench`` read ``thread_state()`` (a frozen ``ThreadState``,
