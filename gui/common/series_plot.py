@@ -7,7 +7,7 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QWidget
 
@@ -98,6 +98,36 @@ class KeyTitle(QObject):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
         if watched is self.plot and event.type() == QEvent.Type.Resize:
             self.show()
+        return False
+
+
+class AxisTitle(QObject):
+    """An axis title in the longest of its ``forms`` that fits the axis (pyqtgraph centres it
+    and cuts what runs past): "logit difference" on a tall plot, "Δ logit" on a short one, none
+    where not even that fits (the view's words say the unit). Follows resizes and text size."""
+
+    def __init__(self, plot: pg.PlotWidget, axis: str, forms: tuple[str, ...]) -> None:
+        super().__init__(plot)
+        self.plot, self.axis, self.forms = plot, plot.getPlotItem().getAxis(axis), forms
+        self.later = QTimer(self)  # after the layout has given the axis its new length
+        self.later.setSingleShot(True)
+        self.later.timeout.connect(self.fit)
+        plot.installEventFilter(self)
+        self.fit()
+
+    def fit(self) -> None:
+        length = self.axis.height() if self.axis.orientation in ("left", "right") else (
+            self.axis.width())  # fmt: skip
+        for form in self.forms:  # measured as drawn (the rich text, its style and margins)
+            if form != self.axis.labelText or not self.axis.label.isVisible():
+                self.axis.setLabel(form)
+            if self.axis.label.boundingRect().width() <= length - 2:
+                return
+        self.axis.showLabel(False)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched is self.plot and event.type() in (QEvent.Type.Resize, QEvent.Type.FontChange):
+            self.later.start(0)
         return False
 
 

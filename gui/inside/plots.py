@@ -14,7 +14,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QToolTip, QWidget
 
 from engine.internals.records import LensView, LogitAttribution
-from gui.common.series_plot import still_plot, style_axes, tick_font
+from gui.common.series_plot import AxisTitle, still_plot, style_axes, tick_font
 from gui.common.step_text import pct, short
 from gui.common.theme import LIGHT, Theme
 
@@ -35,6 +35,11 @@ class InsidePlot(pg.PlotWidget):
         self.plot.getAxis("left").enableAutoSIPrefix(False)
         self.theme = LIGHT
         self.points = 10
+        self.titles: list[AxisTitle] = []  # axis titles that take a shorter form on a short axis
+
+    def fit_titles(self, **forms: tuple[str, ...]) -> None:
+        """Axis titles by axis name, each in the longest of its forms that fits (AxisTitle)."""
+        self.titles = [AxisTitle(self, axis, f) for axis, f in forms.items()]
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -48,6 +53,8 @@ class InsidePlot(pg.PlotWidget):
             self.plot.getAxis(name).label.setFont(font)
         if self.plot.legend is not None:
             self.plot.legend.setLabelTextSize(f"{points}pt")
+        for title in self.titles:
+            title.later.start(0)
         self.redraw()
 
     def redraw(self) -> None:  # drawn again in the new look
@@ -70,6 +77,7 @@ class LensGrid(InsidePlot):
         self.addItem(self.row_box)
         self.plot.invertY(True)
         self.setLabel("bottom", "layer (0: the embedding)")
+        self.fit_titles(bottom=("layer (0: the embedding)", "layer"))
         self.lens: LensView | None = None
         self.rows: list[int] = []
         self.scene().sigMouseMoved.connect(self._hover)
@@ -184,8 +192,8 @@ class DlaPlot(InsidePlot):
         self.addItem(self.zero)
         self.setLabel("bottom", "layer")
         self.setLabel("left", "logit difference")
-        self.dla: LogitAttribution | None = None
-        self.legend = self.plot.addLegend(offset=(10, 5))
+        self.fit_titles(left=("logit difference", "Δ logit"))
+        self.dla: LogitAttribution | None = None  # its key: the coloured names above it
 
     def show_dla(self, dla: LogitAttribution | None) -> None:
         self.dla = dla
@@ -195,8 +203,6 @@ class DlaPlot(InsidePlot):
         for item in self.bars:
             self.removeItem(item)
         self.bars.clear()
-        self.legend.clear()
-        self.legend.setLabelTextColor(self.theme.text)
         self.zero.setPen(pg.mkPen(self.theme.muted))
         dla = self.dla
         if dla is None:
@@ -208,7 +214,7 @@ class DlaPlot(InsidePlot):
             color = SUBLAYER_COLORS.get(name, self.theme.accent)
             bar = pg.BarGraphItem(x=x, height=dla.blocks[:, j], width=width, brush=color,
                                   pen=pg.mkPen(None), name=name)  # fmt: skip
-            self.addItem(bar)  # named: the legend lists it
+            self.addItem(bar)
             self.bars.append(bar)
         step = max(1, round(layers / 12))
         self.plot.getAxis("bottom").setTicks(_ticks([""] + [str(i) for i in range(1, layers + 1)],

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 from engine.internals.records import LensView, LogitAttribution, StepInside
 from gui.common.theme import Theme
 from gui.inside.pages import AttentionPage, InputsPage
-from gui.inside.plots import DlaPlot, KlPlot, LensGrid
+from gui.inside.plots import SUBLAYER_COLORS, DlaPlot, KlPlot, LensGrid
 from gui.inside.text import label, q
 
 
@@ -36,12 +36,19 @@ def top1_by_layer(lens: LensView) -> str:
     return "Top-1 by layer: " + more + " · ".join(shown)
 
 
+def chip(sublayer: str) -> str:
+    """A sub-block's name after a square in its bars' colour: the chart's key, in the sentence
+    above it (a legend in the chart covered the bars of a short plot)."""
+    color = SUBLAYER_COLORS.get(sublayer, "#777777")
+    return f"<span style='color:{color}'>■</span>&nbsp;{html.escape(sublayer)}"
+
+
 def dla_text(dla: LogitAttribution) -> str:
     """The split in one sentence, with the blocks that pushed most."""
     flat = [(v, layer + 1, dla.sublayers[j]) for (layer, j), v in np.ndenumerate(dla.blocks)]
     pushes = sorted(flat, reverse=True)[:3]
     top = ", ".join(f"layer {layer}'s {name} {v:+.2f}" for v, layer, name in pushes if v > 0)
-    sums = " + ".join(f"{name} {dla.blocks[:, j].sum():+.2f}" for j, name in
+    sums = " + ".join(f"{chip(name)} {dla.blocks[:, j].sum():+.2f}" for j, name in
                       enumerate(dla.sublayers))  # fmt: skip
     return (
         f"{q(dla.token[1])} over {q(dla.rival[1])}: logit difference <b>{dla.total:+.2f}</b> = "

@@ -59,3 +59,41 @@ def test_no_divider_of_the_window_collapses_a_column_to_nothing(qtbot, window):
                    if s.childrenCollapsible()  # Qt's default per part: the splitter's
                    and any(s.isCollapsible(i) for i in range(s.count()))]  # fmt: skip
     assert not collapsible, collapsible
+
+
+def test_an_axis_title_takes_its_short_form_on_a_short_axis(qtbot):
+    """'logit difference' was 220 px on a 94 px axis in the presentation view ("logit differ")."""
+    from gui.inside.plots import DlaPlot
+
+    plot = DlaPlot()
+    qtbot.addWidget(plot)
+    plot.set_font_size(20)
+    axis = plot.getPlotItem().getAxis("left")
+    for height, expected in ((600, "logit difference"), (220, "Δ logit")):
+        plot.resize(500, height)
+        plot.show()
+        qtbot.wait(60)
+        assert axis.labelText == expected and axis.label.isVisible()
+        assert axis.label.boundingRect().width() <= axis.height()
+    plot.resize(500, 60)  # not even the short form: no title (the sentence above names it)
+    qtbot.wait(60)
+    assert not axis.label.isVisible()
+
+
+def test_the_logit_attribution_key_is_in_its_sentence_not_over_the_bars(qtbot):
+    import numpy as np
+    import pyqtgraph as pg
+
+    from engine.internals.records import LogitAttribution
+    from gui.inside.plots import SUBLAYER_COLORS, DlaPlot
+    from gui.inside.view import dla_text
+
+    dla = LogitAttribution(token=(5, "a"), rival=(6, "b"), sublayers=("attention", "MLP"),
+                           blocks=np.array([[0.5, -1.0], [2.0, 0.1]]), embedding=0.1, bias=0.0,
+                           total=1.7)  # fmt: skip
+    text = dla_text(dla)
+    assert SUBLAYER_COLORS["attention"] in text and SUBLAYER_COLORS["MLP"] in text
+    plot = DlaPlot()
+    qtbot.addWidget(plot)
+    plot.show_dla(dla)
+    assert not [i for i in plot.scene().items() if isinstance(i, pg.LegendItem)]

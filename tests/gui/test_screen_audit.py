@@ -53,11 +53,7 @@ def audits(tiny_dir):
 # What the audit still finds, each a known fault to fix (issue 54), by check: a pattern on
 # "<size>-<theme>/<screen>" and the words of the finding. The list may shrink, not grow: an
 # entry that no longer matches anything fails test_the_known_faults_are_still_there.
-KNOWN: dict[str, list[tuple[str, str]]] = {
-    "clipped": [
-        ("*/lesson13-presentation", "over"),  # the logit attribution's sum line at 20 pt
-    ],
-}
+KNOWN: dict[str, list[tuple[str, str]]] = {}
 
 
 def _known(check: str, where: str, finding: str) -> bool:
