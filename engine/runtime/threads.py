@@ -6,12 +6,12 @@ Why: at batch 1 a step of a small model is ~150 short parallel regions (SmolLM2-
 in a barrier where the threads wait for each other. When another program takes a core, the OS
 parks one of the threads for a scheduler slice while the other waits for it at every barrier;
 libgomp's waiting thread spins first (300,000 pauses: about 1 ms here, up to 4), holding the
-very core the parked thread needs. Profiled with ``perf record`` (2-core Intel Xeon, KVM; SmolLM2 float32 on
-2 threads, the adaptive count off, one busy process and the other programs of a shared machine):
-83-92% of the process's samples in libgomp's spin loop (``pause``, compare, branch), 5-11% in
-oneDNN's matrix-vector kernels; 0.5-0.7 tok/s where one thread makes 4-16. Governed, the same
-run had no sample in libgomp (77% in the kernels) and made 7.7 tok/s. With one thread there is
-no barrier to wait at.
+very core the parked thread needs. Profiled with ``perf record`` (2-core Intel Xeon, KVM;
+SmolLM2 float32 on 2 threads, the adaptive count off, one busy process and the other programs
+of a shared machine): 83-92% of the process's samples in libgomp's spin loop (``pause``,
+compare, branch), 5-11% in oneDNN's matrix-vector kernels; 0.5-0.7 tok/s where one thread makes
+4-16. Governed, the same run had no sample in libgomp (77% in the kernels) and made 7.7 tok/s.
+With one thread there is no barrier to wait at.
 
 How: ``ThreadGovernor.step(key)`` times one decode step at its thread count ``n``. Each key (a
 model) keeps its usual time at each count, the lower envelope of its steps (down at once, up by
