@@ -18,7 +18,13 @@ def with_residual(mean: Tensor) -> Tensor:
 def rollout_row(means: list[Tensor]) -> Tensor:
     """Row of the last position of (A_L ... A_1) with A_l = with_residual(means[l]): computed
     from the output down as a row vector times each matrix, [T]."""
-    row = with_residual(means[-1])[-1]
-    for mean in reversed(means[:-1]):
-        row = row @ with_residual(mean)
+    return rolled_out([with_residual(mean) for mean in means])
+
+
+def rolled_out(matrices: list[Tensor]) -> Tensor:
+    """Row of the last position of (A_L ... A_1), the A_l given with their residual and rows
+    renormalised ([T, T] each, or their first T rows and columns)."""
+    row = matrices[-1][-1]
+    for a in reversed(matrices[:-1]):
+        row = row @ a
     return row

@@ -66,7 +66,8 @@ def inspect_step(
     view = None
     if read_attention:
         assert trace.heads is not None
-        view = (trace.heads, trace.means, trace.cross)
+        rollout = rollout_row(trace.means) if trace.means else None
+        view = (trace.heads, rollout, trace.cross)
     return assemble(bundle, an, path, step, (trace.resid[:, 0], trace.mids[:, :, 0]), view,
                     notes, started, top_n)  # fmt: skip
 
@@ -85,14 +86,14 @@ def assemble(
     path: TokenPath,
     step: int,
     read: tuple[Tensor, Tensor],
-    attention: tuple[Tensor, list[Tensor], Tensor | None] | None,
+    attention: tuple[Tensor, Tensor | None, Tensor | None] | None,
     notes: list[str],
     started: float,
     top_n: int = 10,
 ) -> StepInside:
     """The step's records from what a pass read at its position: ``read`` = (residual stream
     [L + 1, d], after each sub-block [L, S - 1, d]); ``attention`` = (each head's weights
-    [L, H, q + 1], the head-averaged matrices for rollout, cross-attention or None)."""
+    [L, H, q + 1], the rollout row [q + 1] or None, cross-attention or None)."""
     q, token = path.query(step), path.tokens[step]
     table = TokenTable(bundle.tokenizer)
     resid, mids = read
@@ -101,8 +102,8 @@ def assemble(
     dla = _attribution(an, resid, mids, logp[-1], token, table)
     view = None
     if attention is not None:
-        heads, means, cross = attention
-        view = _attention_view(an, heads, means, cross, path, q, table)
+        heads, rollout, cross = attention
+        view = _attention_view(an, heads, rollout, cross, path, q, table)
     return StepInside(step, q, (token, table(token)), lens, view, dla,
                       time.perf_counter() - started, tuple(notes))  # fmt: skip
 
@@ -154,12 +155,12 @@ def _attribution(
 
 
 def _attention_view(
-    an: Anatomy, heads: Tensor, means: list[Tensor], cross: Tensor | None, path: TokenPath, q: int,
-    table: TokenTable,
+    an: Anatomy, heads: Tensor, rollout: Tensor | None, cross: Tensor | None, path: TokenPath,
+    q: int, table: TokenTable,
 ) -> AttentionView:  # fmt: skip
-    rollout = rollout_row(means).cpu().numpy() if means else None
     return AttentionView(
-        sources=_texts(table, path.ids[: q + 1]), heads=heads.cpu().numpy(), rollout=rollout,
+        sources=_texts(table, path.ids[: q + 1]), heads=heads.cpu().numpy(),
+        rollout=rollout.cpu().numpy() if rollout is not None else None,
         cross_sources=_texts(table, path.context) if an.encoder_decoder else (),
         cross=cross.cpu().numpy() if cross is not None else None,
     )  # fmt: skip

@@ -6,8 +6,11 @@ keeps what every later step needs from the positions before it:
 - the keys and values of every layer (the model's own KV cache, as generation keeps it), so a
   step is one more one-token pass at its position, hooked as ``trace.capture`` hooks a full
   pass: the residual stream, each sub-block's output and each head's attention of that position;
-- the head-averaged attention rows of every position read (``[L, T, T]``, up to
-  ``ATTENTION_MAX_TOKENS``): rollout multiplies those matrices, which one position cannot give.
+- the head-averaged attention rows of every position read, with the residual added and each
+  row renormalised as rollout takes them (``[L, T, T]``, up to ``ATTENTION_MAX_TOKENS``: 31 MB
+  for SmolLM2 at 512 tokens, 126 MB at 1024): rollout multiplies those matrices, which one
+  position cannot give. A causal row's renormalisation needs no column after it, so the rows
+  serve every later step as they are.
 
 A click on a token not read yet reads the positions up to it first, ``CHUNK`` at a time (the
 first view of a token costs what the full pass did, the next ones a one-token pass). The figures
@@ -29,6 +32,7 @@ import torch
 
 from engine.errors import InternalsUnavailable
 from engine.internals.anatomy import Anatomy, anatomy
+from engine.internals.attention import rolled_out
 from engine.internals.inspect import assemble, attention_fits
 from engine.internals.records import StepInside
 from engine.internals.trace import (
@@ -55,11 +59,11 @@ class PathReader:
     def __init__(self, model: torch.nn.Module, ids: tuple[int, ...]) -> None:
         self._model = weakref.ref(model)  # the reader never keeps a model alive
         self.ids = ids
-        self.an: Anatomy = anatomy(model)
+        self.layers = anatomy(model).layers
         self.cache = _cache_class()()  # every layer in full (no sliding window drops a key)
         self.read = 0  # positions whose keys and values are cached
         n = min(len(ids), ATTENTION_MAX_TOKENS)
-        self.means = torch.zeros(self.an.layers, n, n)  # rows of positions < read
+        self.rows = torch.zeros(self.layers, n, n)  # rollout's rows of positions < read
         self.seconds = 0.0  # spent reading positions
 
     @classmethod
@@ -88,11 +92,11 @@ class PathReader:
             return False
         self.ids = path.ids
         n = min(len(path.ids), ATTENTION_MAX_TOKENS)
-        if n > self.means.shape[1]:
-            grown = torch.zeros(self.an.layers, n, n)
-            k = self.means.shape[1]
-            grown[:, :k, :k] = self.means
-            self.means = grown
+        if n > self.rows.shape[1]:
+            grown = torch.zeros(self.layers, n, n)
+            k = self.rows.shape[1]
+            grown[:, :k, :k] = self.rows
+            self.rows = grown
         return True
 
     # -- reading positions ------------------------------------------------------------------
@@ -110,21 +114,21 @@ class PathReader:
             self.seconds += time.perf_counter() - started
 
     def _read(self, lo: int, hi: int) -> None:
-        an, model = self.an, self._model()
+        model = self._model()
         if model is None:
             raise InternalsUnavailable("The model this path was read with is closed.")
-        rows = self.means.shape[1]
+        an = anatomy(model)
+        rows = self.rows.shape[1]
         handles = []
         if lo < rows:  # the head-averaged attention rows of these positions, for rollout
             for i, attn in enumerate(an.attention):
-                handles.append(attn.register_forward_hook(self._means_hook(i, lo, hi)))
+                handles.append(attn.register_forward_hook(self._rows_hook(i, lo, hi)))
         dev = next(model.parameters()).device
         ids = torch.tensor([self.ids[lo:hi]], device=dev)
         where = torch.arange(lo, hi, device=dev)[None]
         try:
             with eager_attention(model) if handles else nullcontext():
-                model(input_ids=ids, **cache_kwargs(model, self.cache), use_cache=True,
-                      position_ids=where, logits_to_keep=1)  # fmt: skip
+                _stack_pass(an, ids, self.cache, where)
         finally:
             for h in handles:
                 h.remove()
@@ -132,13 +136,15 @@ class PathReader:
         if self.cache.get_seq_length() != hi:
             raise InternalsUnavailable("The model's cache did not keep every position.")
 
-    def _means_hook(self, i: int, lo: int, hi: int) -> Any:
-        rows = self.means.shape[1]
+    def _rows_hook(self, i: int, lo: int, hi: int) -> Any:
+        kept = self.rows.shape[1]
 
         def hook(_m: torch.nn.Module, _args: Any, output: Any) -> None:
             w = _weights(output)[0]  # [H, hi - lo, hi]: these positions' rows
-            top = min(hi, rows)
-            self.means[i, lo:top, :top] = w[:, : top - lo, :top].float().mean(0)
+            top = min(hi, kept)
+            rows = w[:, : top - lo, :top].float().mean(0)  # heads averaged, [top - lo, top]
+            rows[:, lo:top] += torch.eye(top - lo)  # the residual (attention.with_residual)
+            self.rows[i, lo:top, :top] = rows / rows.sum(dim=-1, keepdim=True)
 
         return hook
 
@@ -167,16 +173,15 @@ class PathReader:
         q = path.query(step)
         read_attention, notes = attention_fits(q, attention)
         self.extend(q + 1 if read_attention else q, cancelled)
-        an, model = self.an, bundle.model
+        an, model = anatomy(bundle.model), bundle.model
         dev = next(model.parameters()).device
         rec = _Recorder(an, torch.tensor([0], device=dev), q if read_attention else None,
                         rollout=False, mids=True, row=0)  # fmt: skip
         rec.install()
         try:
             with eager_attention(model) if read_attention else nullcontext():
-                model(input_ids=torch.tensor([[self.ids[q]]], device=dev),
-                      **cache_kwargs(model, self._past(q)), use_cache=True,
-                      position_ids=torch.tensor([[q]], device=dev), logits_to_keep=1)  # fmt: skip
+                where = torch.tensor([[q]], device=dev)
+                _stack_pass(an, torch.tensor([[self.ids[q]]], device=dev), self._past(q), where)
         finally:
             rec.remove()
         if any(r is None for r in rec.resid) or any(m is None for ms in rec.mids for m in ms):
@@ -185,9 +190,18 @@ class PathReader:
         mids = torch.stack([torch.stack(ms) for ms in rec.mids])[:, :, 0]  # type: ignore[misc]
         view = None
         if read_attention:
-            means = [m[: q + 1, : q + 1] for m in self.means]
-            view = (torch.stack(rec.heads), means, None)  # type: ignore[arg-type]
+            rollout = rolled_out([m[: q + 1, : q + 1] for m in self.rows])
+            view = (torch.stack(rec.heads), rollout, None)  # type: ignore[arg-type]
         return assemble(bundle, an, path, step, (resid, mids), view, notes, started, top_n)
+
+
+def _stack_pass(an: Anatomy, ids: torch.Tensor, cache: Any, where: torch.Tensor) -> None:
+    """The model's blocks and final norm over ``ids`` at positions ``where`` after ``cache``:
+    the decoder without its head, whose product with the vocabulary (113 MB of SmolLM2's
+    weights, a fifth of a one-token pass) the lens does itself where it needs it."""
+    model: Any = an.model
+    stack = model.transformer if an.model_type == "gpt2" else model.model
+    stack(input_ids=ids, **cache_kwargs(stack, cache), use_cache=True, position_ids=where)
 
 
 def reader_for(reader: PathReader | None, bundle: Any, path: TokenPath) -> PathReader | None:

@@ -167,3 +167,46 @@ def test_the_batched_plan_integrates_as_the_old_one() -> None:
     change = abs(new.value - new.baseline_value)
     assert float(np.abs(new.scores - old.scores).sum()) < 0.05 * change
     assert new.relative_delta < 0.05 and old.relative_delta < 0.05
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_quantised_models_steps_equal_the_full_pass(kind: str) -> None:
+    """The lab's quantised linears (engine.quant) read through the reader's cache as well. They
+    compute in bfloat16, where a one-token pass rounds otherwise than a pass over the whole
+    path: the figures agree to that rounding (two low-ranked candidates at a near-tie may
+    swap, so the chosen token's row is compared)."""
+    from test_quant import quant_sized
+
+    from engine.quant.apply import quantize_model
+
+    model = quant_sized("qwen2", seed=2)
+    quantize_model(model, kind)
+    context = (2, 17, 99, 250, 31)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([context]), max_new_tokens=10, min_new_tokens=10,
+                             do_sample=False)  # fmt: skip
+    path = TokenPath(context, tuple(out[0, len(context) :].tolist()))
+    bundle = Bundle(model)
+    reader = PathReader.open(bundle, path)
+    for step in (9, 2):
+        fast, full = reader.inspect(bundle, path, step), inspect_step(bundle, path, step)
+        a, b = fast.lens, full.lens
+        assert a.candidates[a.chosen] == b.candidates[b.chosen]
+        assert a.decision_layer == b.decision_layer
+        np.testing.assert_allclose(a.logprobs[:, a.chosen], b.logprobs[:, b.chosen], atol=5e-2)
+        np.testing.assert_allclose(fast.attention.rollout, full.attention.rollout, atol=2e-3)
+        assert fast.attribution.total == pytest.approx(full.attribution.total, abs=5e-2)
+
+
+def test_a_reader_keeps_no_model_alive() -> None:
+    """The window keeps its readers after a model is closed: they hold none of its weights."""
+    import gc
+    import weakref
+
+    model, path = model_and_path("llama")
+    reader = PathReader.open(Bundle(model), path)
+    reader.inspect(Bundle(model), path, 4)
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None and reader.read > 0
