@@ -104,6 +104,7 @@ class RunView:
         self.compact = False  # the presentation view: shorter step summaries
         self._frame = 0
         self._summary = ""  # the shown step's summary line, before the cut's label
+        self._shown = ""  # the line as this view last set it
         self._resized = _OnResize(plots.dist_box.plot, self.follow_cut)
 
     # -- the run -----------------------------------------------------------------------------
@@ -139,12 +140,18 @@ class RunView:
         self.pane.select(index)
         self.redraw(busy=False)
 
-    def follow_cut(self) -> None:
+    def follow_cut(self, drawn: bool = False) -> None:
         """The step's summary line, with the cut's label where the plot had no room for it
-        (the plot decides again at every resize: the line follows)."""
+        (the plot decides again at every resize: the line follows). After a resize
+        (``drawn`` False) only while the line is still ours: a scored token's line is the
+        Score view's."""
+        info = self.plots.dist_box.info
+        if not drawn and info.text() != self._shown:
+            return
         note = self.plots.dist_box.plot.cut_note if self.store.steps else ""
         extra = f" · <span style='color:{CUT_MARK}'>┅ {note}</span>" if note else ""
-        self.plots.dist_box.info.setText(self._summary + extra)
+        self._shown = self._summary + extra
+        info.setText(self._shown)
 
     def redraw(self, busy: bool) -> None:
         """The distribution of the selected (or last) step and the per-step curves. While
@@ -155,7 +162,7 @@ class RunView:
         speed, entropy = self.plots.speed, self.plots.entropy
         if not steps:
             dist.set_step(None)
-            self._summary = step_summary(None)
+            self._summary = self._shown = step_summary(None)
             info.setText(self._summary)
             speed.clear_series()
             entropy.clear_series()
@@ -166,7 +173,7 @@ class RunView:
         if not busy or self._frame % DIST_EVERY == 0:
             dist.set_step(steps[index])
             self._summary = step_summary(steps[index], compact=self.compact)
-            self.follow_cut()
+            self.follow_cut(drawn=True)
         if busy and self._frame % SERIES_EVERY != 1:
             return
         x = np.arange(1, len(steps) + 1)
