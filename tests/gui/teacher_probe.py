@@ -166,17 +166,17 @@ def first(t: Teacher) -> None:
     OUT["nodes"] = len(tree.nodes) - 1
     t.shoot("tree-normal")
     view = w.plots.tree_view
-    t.click(view.order)  # the leaves by path probability
+    t.click(view.order)  # the leaves by their path's probability per token
     settle(app)
     t.xdo("key", "Down", "Return")
-    t.click(view.most_likely)  # the most likely branch: one action
+    t.click(view.most_likely)  # the most likely branch per token: one action
     leaf = tree.cursor
-    best = max(tree.leaves(), key=lambda n: tree.nodes[n].path_logprob)
+    best = max(tree.leaves(), key=lambda n: (tree.per_token(n), tree.nodes[n].path_logprob))
     item = view.outline.currentItem()
     OUT["most_likely"] = {
-        "cursor": leaf, "best": best, "shown": item.text(2) if item else "",
-        "want": pct(math.exp(tree.nodes[best].path_logprob)),
-        "order": view.order.currentData(),
+        "cursor": leaf, "best": best, "order": view.order.currentData(),
+        "shown": [item.text(2), item.text(3)] if item else [],  # per token, the whole path
+        "want": [pct(tree.per_token(best)), pct(math.exp(tree.nodes[best].path_logprob))],
     }  # fmt: skip
     t.shoot("tree-sorted-normal")
     wheel_check(t)

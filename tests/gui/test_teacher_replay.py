@@ -71,7 +71,8 @@ def test_the_tree_survives_a_restart_and_a_generate_with_the_template(replay):
 def test_the_most_likely_leaf_is_one_action_and_says_its_percent(replay):
     best = replay["first"]["most_likely"]
     assert best["cursor"] == best["best"] and best["order"] == "likely"
-    assert best["shown"] == best["want"]  # the row's path column: exp(path log p) in percent
+    # the row's per-token column (1 / perplexity) and its path column (exp(path log p)), in %
+    assert best["shown"] == best["want"]
 
 
 @pytest.mark.slow
