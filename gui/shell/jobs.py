@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, Slot
 
 from engine.runtime.threads import release_pool, thread_state
 from engine.validate.served import unknown_ids_notice
+from engine.words import count
 
 if TYPE_CHECKING:
     from engine.models.loading import ModelBundle
@@ -74,7 +75,7 @@ class JobStatus(QObject):
             label.setText(state.message)
             label.setToolTip(
                 f"Other programs use about {state.others:.1f} cores; the engine steps on "
-                f"{state.threads} threads until the machine is quieter."
+                f"{count(state.threads, 'thread')} until the machine is quieter."
                 if state.reduced and state.others is not None else ""
             )  # fmt: skip
             label.setVisible(state.reduced)
@@ -119,11 +120,11 @@ class JobStatus(QObject):
         if name in RUN_JOBS and summary is not None:
             why = summary.ending or STOP_REASONS.get(summary.stop_reason, summary.stop_reason)
             notice = unknown_ids_notice(n.bundle())  # served ids the tokenizer lacks
-            say(f"Done: {summary.tokens} tokens; {why}.{notice}")
+            say(f"Done: {count(summary.tokens, 'token')}; {why}.{notice}")
             for follow_run in n.run_finished:
                 follow_run(summary)
         elif name in ("undo", "redo"):
-            say(f"{name.capitalize()}: {len(n.store.steps)} tokens.")
+            say(f"{name.capitalize()}: {count(len(n.store.steps), 'token')}.")
         elif name == "compare":
             say(f"Compared {len(n.store.results)} methods.")
             n.compare_view.set_progress(f"Done: {len(n.store.results)} methods compared.")
