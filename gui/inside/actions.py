@@ -325,6 +325,8 @@ class InsideActions:
                 self.w.say("Input attribution stopped.")
             elif self.shown == target.key:
                 page.show_attribution(result)
+                self.w.say(f"Input attribution: {result.n_steps} steps, completeness delta "
+                           f"{result.relative_delta:.1%}, {result.seconds:.1f} s.")  # fmt: skip
             else:
                 page.end_busy()
 
