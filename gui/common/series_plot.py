@@ -86,10 +86,6 @@ class KeyTitle(QObject):
         plot.installEventFilter(self)
         self.show()
 
-    def set_keys(self, keys: list[tuple[str, str]]) -> None:
-        self.keys = list(keys)
-        self.show()
-
     def show(self) -> None:
         line, cut = key_line(self.keys, title_room(self.plot), title_font(self.plot))
         self.plot.getPlotItem().setTitle(line)
@@ -212,10 +208,6 @@ class SeriesPlot(pg.PlotWidget):
         self._title = self.base_title
         self._show_title()
         self.mark(None)
-
-    def key_html(self) -> str:
-        """The curves' key, in the title above the plot (never on the data)."""
-        return key_line(list(self.colors.items()), 10**6, QFont())[0]
 
     def _show_title(self) -> None:
         """The title and the key, each cut to the plot's width with "…" where it is narrower
