@@ -112,6 +112,8 @@ class AxisTitle(QObject):
         self.fit()
 
     def fit(self) -> None:
+        if self.axis.label is None:  # the plot was closed (pyqtgraph let go of its items)
+            return
         length = self.axis.height() if self.axis.orientation in ("left", "right") else (
             self.axis.width())  # fmt: skip
         for form in self.forms:  # measured as drawn (the rich text, its style and margins)
