@@ -37,6 +37,7 @@ class AttentionView:
     rollout: np.ndarray | None  # [len(sources)], rows of the rolled-out matrix sum to 1
     cross_sources: tuple[Token, ...] = ()  # encoder-decoder: the encoder's tokens
     cross: np.ndarray | None = None  # [layers, heads, len(cross_sources)]
+    rollout_pending: bool = False  # rollout follows (the rows before the query are read later)
 
     @property
     def mean(self) -> np.ndarray:

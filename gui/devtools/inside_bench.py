@@ -3,7 +3,9 @@ window (offscreen), a run of 512 tokens, then the time from a click on a token t
 drawn in the tab (the job, the records and the drawing), for token 1 and token 512, with each
 step read from a full pass over the path up to it (before: ``InsideActions.fast`` off) and
 from the reader's cache (after), alternated. The first view of token 512 with nothing read yet
-is timed too: both read the 512 positions then."""
+is timed too: before, it reads the 512 positions; after, it takes the run's keys and values from
+its decode session, and its rollout follows (the attention rows of the positions before it).
+"""
 
 from __future__ import annotations
 
@@ -44,7 +46,6 @@ def run_inside_bench(
     say(f"I6. the window, a {len(window.store.steps)}-token run (generated in "
         f"{time.perf_counter() - started:.0f} s); load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores")  # fmt: skip
-    window.tabs.setCurrentWidget(window.inside.view)
     best: dict[str, dict[str, float]] = {"before": {}, "after": {}}
     for _ in range(rounds):  # before, after, before, after: the machine's load falls on both
         for name, fast in (("before", False), ("after", True)):
@@ -52,8 +53,9 @@ def run_inside_bench(
                 best[name][what] = min(best[name].get(what, float("inf")), seconds)
     for what in best["after"]:
         b, a = best["before"][what] * 1e3, best["after"][what] * 1e3
+        target = "drawn after the view" if "rollout" in what else "target <= 300 ms"
         say(f"    {what:44} before {b:7.0f} ms   after {a:7.0f} ms   ({b / a:.1f}x; "
-            f"target <= 300 ms)")  # fmt: skip
+            f"{target})")  # fmt: skip
     window.close()
     return {k: {w: s * 1e3 for w, s in v.items()} for k, v in best.items()}
 
@@ -62,14 +64,20 @@ def _clicks(window: MainWindow, fast: bool, n: int) -> dict[str, float]:
     """From nothing read: the first view (the run's last token), then clicks on token 1 and
     token ``n`` (its view taken out of the tab's memory of recent steps, so it is read again:
     from the cache after, from a full pass before)."""
+    from gui.devtools.harness import pump_until
+
     inside = window.inside
+    window.tabs.setCurrentIndex(0)  # the Inside tab hidden: it reads nothing (its first view
+    pump_until(lambda: not window.runner.busy, 120, "idle")  # is timed from showing it)
     inside.fast = fast
     inside.results.clear()
     inside.readers.clear()
     inside.failed.clear()
     inside.shown = None
     window.views.select(None)
-    out = {f"first view of token {n}, nothing read yet": _drawn(window, None, n)}
+    first = _drawn(window, None, n)
+    out = {f"first view of token {n}, nothing read yet": first}
+    out["  its rollout (follows the view after a run)"] = first + _rollout_wait(window)
     out["click on token 1"] = _drawn(window, 0, n)
     inside.results.clear()
     out[f"click on token {n}"] = _drawn(window, n - 1, n)
@@ -86,14 +94,30 @@ def _drawn(window: MainWindow, index: int | None, n: int) -> float:
 
     want = n if index is None else index + 1
     start = time.perf_counter()
-    if index is None:
-        window.inside.sync()
+    if index is None:  # the tab shown after a run: a teacher's first look inside
+        window.tabs.setCurrentWidget(window.inside.view)
     else:
         window.pane.select(index)
         window.pane.token_clicked.emit(index)  # what a click sends
     inside = window.inside
+    # drawn when shown: its rollout may follow as a job of its own (gui.inside.rollout)
     pump_until(lambda: inside.shown is not None and len(inside.shown[-1]) == want
-               and not window.runner.busy, 120, f"token {want} drawn")  # fmt: skip
+               and window.runner.job_name != "inside", 120, f"token {want} drawn")  # fmt: skip
     window.inside.view.repaint()  # drawn, not only laid out
     QApplication.processEvents()
+    return time.perf_counter() - start
+
+
+def _rollout_wait(window: MainWindow) -> float:
+    """Seconds until the step in view has its rollout (at once where it came with the step)."""
+    from gui.devtools.harness import pump_until
+
+    inside, start = window.inside, time.perf_counter()
+
+    def rolled() -> bool:
+        shown = inside.results.get(inside.shown)
+        att = getattr(shown, "attention", None)
+        return shown is not None and (att is None or not att.rollout_pending)
+
+    pump_until(rolled, 120, "the rollout drawn")
     return time.perf_counter() - start

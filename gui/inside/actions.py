@@ -3,15 +3,12 @@ clicked token (else its last), or the scored text's clicked token while the Scor
 Each step is read by one job on the runner, only when the tab is shown and the runner is idle:
 a run is never slowed or interrupted (the tab says so and catches up when it ends), and with
 the tab closed nothing is computed. The last few results are kept, so going back is instant;
-the path's keys and values are kept too (``engine.internals.reader``), so a token not seen yet
-costs a one-token pass once the positions before it were read (issue 54: 0.8 s to read token
-512 of a 512-token run from scratch, whichever token was clicked). The step clicked is read
-first (the decision strip waits for it), on the threads the machine's load leaves free.
-
-"Colour by decision layer" in the output pane asks for the run's decision strip the same way;
-the Inputs page asks for integrated gradients on demand (a progress bar and line on the page
-and in the status bar, a Stop on the page that ends it within one block and puts the page back
-as it was).
+the path's keys and values are kept too (``engine.internals.reader``), taken from the run's
+decode session where it has them, so any token costs a one-token pass (issue 54); its rollout
+follows (``gui.inside.rollout``). The step clicked is read first, on the threads the
+machine's load leaves free. "Colour by decision layer" asks for the run's decision strip the
+same way; the Inputs page asks for integrated gradients on demand (progress on the page and in
+the status bar, a Stop that ends it within one block and puts the page back as it was).
 
 The composition root makes one ``InsideActions(InsideNeeds(...))``; it is never given the
 window."""
@@ -31,6 +28,7 @@ from gui.common.token_pane import COLOR_BY_DECISION
 from gui.core.runtime import all_cores
 from gui.core.session import Session
 from gui.inside.api import JOBS
+from gui.inside.rollout import Rollouts
 from gui.inside.view import InsideView
 
 KEEP = 12  # steps whose views are kept
@@ -47,8 +45,7 @@ class ScoredText(Protocol):
 
 @dataclass
 class InsideNeeds(Session):
-    """What the Inside tab is given: the plots (its tab), the output (its pane and colour
-    choice), the run's view (the step in view) and the Score view (a scored token's step)."""
+    """What the Inside tab is given: its tab, the output, the step in view, the Score view."""
 
     plots: Any  # gui.shell.areas.PlotArea
     output: Any  # gui.shell.areas.OutputBox
@@ -70,7 +67,7 @@ class Target:
     whole: tuple[int, ...] = ()  # every token of the run or text: what the reader reads on
     kind: str = "run"  # "run" or "score": each keeps its own reader
 
-    def path(self, bundle: Any) -> Any:
+    def path(self, bundle: Any) -> Any:  # the path up to the token
         return self.paths(bundle)[0]
 
     def paths(self, bundle: Any) -> tuple[Any, Any]:
@@ -98,6 +95,7 @@ class InsideActions:
         self.readers: dict[str, Any] = {}  # engine.internals.reader.PathReader by Target.kind
         self.fast = True  # False: each step from a full pass, as before issue 54 (the bench)
         self.load = LoadWatch()  # the machine's load, read on the display clock
+        self.rollouts = Rollouts(w.runner, self.readers, self.load)
         w.output.color_mode.addItem("Colour by decision layer", COLOR_BY_DECISION)
         self.view.inputs.requested.connect(self.attribute)
         w.plots.tabs.currentChanged.connect(lambda _i: self.sync())
@@ -107,6 +105,7 @@ class InsideActions:
         w.score.view.colour.currentIndexChanged.connect(lambda _i: self.sync())
         w.output.color_mode.currentIndexChanged.connect(lambda _i: self.sync())
         w.runner.failed.connect(self._job_failed)
+        w.runner.busy_changed.connect(lambda busy: busy or self.sync())  # the next job at once
         self.after_run_step: int | None = None  # a lesson stage's token, shown when its run ends
         w.runner.fraction.connect(self._progress)
         w.runner.progress.connect(self._said)
@@ -155,35 +154,39 @@ class InsideActions:
         if w.plots.tabs.currentWidget() is not self.view:
             self._sync_strip()  # where a pane is coloured by decision layer
             return
-        self._sync_step()
+        target = self._sync_step()
         self._sync_strip()  # after the step in view: what was clicked is read first
+        if target is not None and target.key == self.shown:  # then its rollout, where it follows
+            self.rollouts.start(target, self.results.get(target.key), self._delivered)
 
-    def _sync_step(self) -> None:
+    def _sync_step(self) -> Target | None:
         w = self.w
         target = self._target()
         if target is None:
             self.view.show_message("Generate, or click a token, to look inside the step that "
                                    "made it.")  # fmt: skip
-            return
+            return None
+        self.rollouts.yield_to(target.key)
         if target.key == self.shown:
-            return
+            return target
         result = self.results.get(target.key)
         if result is not None:
             self._show(target, result)
-            return
+            return target
         why = self._unavailable() or self.failed.get(target.key)
         if why is not None:
             self.view.show_message(why)
             self.shown = target.key
-            return
+            return None
         if w.runner.busy:
             if w.runner.job_name not in JOBS:
                 self.view.show_message("The run is busy: this tab catches up when it stops.")
-            return
+            return None
         self._start(target)
+        return None
 
     def _start(self, target: Target) -> None:
-        fast, load = self.fast, self.load
+        fast, load, workbench = self.fast, self.load, self.w.runner.workbench
         reader = self.readers.get(target.kind) if fast else None
 
         def work(_job: Any, bundle: Any) -> Any:
@@ -197,7 +200,10 @@ class InsideActions:
                     found = reader_for(reader, bundle, whole) if fast else None
                     if found is None:  # an encoder-decoder, or the bench's old path
                         return None, inspect_step(bundle, path, target.step)
-                    return found, found.inspect(bundle, path, target.step)
+                    # the run's own keys and values where its session has them (read on the
+                    # worker: no other job runs); the rollout follows (gui.inside.rollout)
+                    return found, found.inspect(bundle, path, target.step, rollout=False,
+                                                session=workbench.session)  # fmt: skip
             except InternalsUnavailable as exc:  # said in the tab, not in a dialog
                 return None, str(exc)
 
@@ -218,6 +224,12 @@ class InsideActions:
         self.view.show_message(f"Reading inside token {target.step + 1}…")
         self.current = target
         self.w.runner.job("inside", work, done)
+
+    def _delivered(self, target: Target, inside: Any) -> None:  # the step with its rollout
+        if target.key in self.results:
+            self.results[target.key] = inside
+        if self.shown == target.key:
+            self.view.show_inside(inside, target.where)
 
     def _show(self, target: Target, inside: Any) -> None:
         self.shown, self.current = target.key, target

@@ -1,3 +1,4 @@
 """What other parts may use of the Inside feature."""
 
-JOBS = ("inside", "decision strip", "attribution")  # the jobs that leave the Score view open
+# the jobs that leave the Score view open
+JOBS = ("inside", "inside rollout", "decision strip", "attribution")

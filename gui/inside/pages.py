@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.internals.records import InputAttribution, StepInside
+from engine.words import count
 from gui.common.step_text import pct
 from gui.common.theme import LIGHT, mix
 from gui.common.token_pane import visible_text
@@ -172,6 +173,13 @@ class AttentionPage(QWidget):
         self.head.setEnabled(kind in (HEAD, CROSS))
         layer, head = self.layer.value() - 1, self.head.value() - 1
         sources = att.sources
+        if kind == ROLLOUT and att.rollout is None and att.rollout_pending:
+            before = count(len(sources) - 1, "token")
+            self.note.setText(f"Rollout follows in a moment: it reads the attention of the "
+                              f"{before} before this one.")  # fmt: skip
+            self.plot.show_values([], np.zeros(0), "attention")
+            self.text.show_tokens([], np.zeros(0), False)
+            return
         if kind == ROLLOUT and att.rollout is not None:
             weights, what = att.rollout, "rolled-out attention"
         elif kind == CROSS and att.cross is not None:

@@ -56,7 +56,7 @@ def test_the_readers_steps_equal_the_full_pass(family: str, monkeypatch) -> None
     for step in (6, 0, 11, 3, 9):
         up_to = TokenPath(path.context, path.tokens[: step + 1])
         same_step(reader.inspect(bundle, up_to, step), inspect_step(bundle, up_to, step))
-    assert reader.read == len(path.ids) - 1  # the last token is read by no position
+    assert reader.read == len(path.ids) - 2  # the last token's position is read by its own pass
     assert model.config._attn_implementation == before
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
@@ -78,7 +78,7 @@ def test_a_step_whose_positions_were_read_costs_one_position() -> None:
     reader = PathReader.open(bundle, path)
     seen = positions_read(model)
     reader.inspect(bundle, path, 11)
-    assert sum(seen[:-1]) == len(path.ids) - 1 and seen[-1] == 1  # read once, then the step
+    assert sum(seen[:-1]) == len(path.ids) - 2 and seen[-1] == 1  # read once, then the step
     seen.clear()
     for step in (0, 5, 10, 11):
         reader.inspect(bundle, path, step)

@@ -14,6 +14,8 @@ import pytest
 from conftest import load, run
 
 from engine.internals import attribution
+from engine.internals import reader as reader_module
+from engine.internals.inspect import inspect_step, path_for
 from engine.internals.records import AttentionView, StepInside
 from gui.common.token_pane import COLOR_BY_DECISION
 from gui.inside.pages import AttentionPage
@@ -66,7 +68,7 @@ def test_the_step_in_view_is_read_before_the_decision_strip(qtbot, window, tiny_
     run(qtbot, window, window.generate)
     qtbot.waitUntil(lambda: bool(window.pane.decisions) and window.inside.shown is not None
                     and not window.runner.busy, timeout=30000)  # fmt: skip
-    assert jobs[:3] == ["generate", "inside", "decision strip"]
+    assert jobs[:3] == ["generate", "inside", "decision strip"]  # the rollout follows them
 
 
 def test_stop_ends_the_attribution_and_puts_the_page_back(qtbot, ran, monkeypatch) -> None:
@@ -130,3 +132,72 @@ def test_the_attention_note_says_what_leaving_out_the_first_token_did(qtbot) -> 
     page.sink.setChecked(False)
     assert "sink" not in page.note.text()
     np.testing.assert_allclose(page.plot.values, heads[0, 0])
+
+
+def test_the_first_view_after_a_run_is_one_position_and_its_rollout_follows(
+    qtbot, ran, monkeypatch
+) -> None:
+    """Issue 54: the first view of a token read the whole path (1.9 s at token 512). It takes
+    the run's keys and values from its session now: one position for the step, then the
+    rollout's rows in short passes, then the step again with its rollout, equal to the full
+    pass's. A click meanwhile stops the rollout job and is drawn first."""
+    window = ran
+    monkeypatch.setattr(reader_module, "ROWS_CHUNK", 2)
+    seen: list[int] = []
+    embed = window.bundle.model.get_input_embeddings()
+    handle = embed.register_forward_hook(lambda _m, a, _o: seen.append(int(a[0].shape[-1])))
+    jobs: list[str] = []
+    window.runner.busy_changed.connect(lambda busy: busy and jobs.append(window.runner.job_name))
+    try:
+        window.tabs.setCurrentWidget(window.inside.view)
+        qtbot.waitUntil(lambda: jobs[-1:] == ["inside rollout"] and not window.runner.busy,
+                        timeout=30000)  # fmt: skip
+    finally:
+        handle.remove()
+    assert jobs == ["inside", "inside rollout"] and seen[0] == 1  # the step: one position
+    assert max(seen[1:-1]) <= 2 and seen[-1] == 1  # rows in short passes, the step again
+    bundle, steps = window.bundle, window.store.steps
+    path = path_for(bundle, bundle.encode_prompt("Once upon a time", False), steps)
+    shown = window.inside.results[window.inside.shown]
+    assert not shown.attention.rollout_pending
+    want = inspect_step(bundle, path, 15).attention.rollout
+    np.testing.assert_allclose(shown.attention.rollout, want, atol=1e-5)
+    assert window.inside.view.attention.inside is shown  # drawn again, with its rollout
+
+
+def test_a_click_stops_the_rollout_job_and_is_drawn_first(qtbot, ran, monkeypatch) -> None:
+    window = ran
+    rows = reader_module.PathReader.read_rows
+    held = []
+
+    def slow(self, upto, cancelled=None):  # noqa: ANN001, ANN202
+        held.append(upto)
+        end = time.monotonic() + 30  # the first rollout job is held until it is stopped
+        while len(held) == 1 and cancelled and not cancelled() and time.monotonic() < end:
+            time.sleep(0.01)
+        return rows(self, upto, cancelled)
+
+    monkeypatch.setattr(reader_module.PathReader, "read_rows", slow)
+    window.tabs.setCurrentWidget(window.inside.view)
+    qtbot.waitUntil(lambda: window.runner.job_name == "inside rollout", timeout=30000)
+    started = time.monotonic()
+    window.pane.token_clicked.emit(4)
+    shown_token(qtbot, window, 5)
+    assert time.monotonic() - started < 10  # not the 30 s the rollout job would have held
+    assert window.inside.results[window.inside.shown].step == 4
+    # token 16's rollout stopped, token 5's read after its view (the job asks, then the step)
+    assert held[0] > held[1] and set(held[1:]) == {held[1]}
+    assert window.inside.results[window.inside.shown].attention.rollout is not None
+
+
+def test_the_attention_page_says_the_rollout_follows(qtbot) -> None:
+    page = AttentionPage()
+    qtbot.addWidget(page)
+    heads = np.array([[[0.5, 0.3, 0.2]]])
+    att = AttentionView(((1, "The"), (2, " dog"), (3, " it")), heads, None, rollout_pending=True)
+    page.show_inside(StepInside(0, 2, (4, " was"), None, att, None, 0.0))  # type: ignore[arg-type]
+    assert page.view.currentData() == "rollout"
+    assert "Rollout follows" in page.note.text() and "2 tokens before" in page.note.text()
+    assert len(page.plot.values) == 0
+    page.view.setCurrentIndex(page.view.findData("mean"))
+    np.testing.assert_allclose(page.plot.values[1:], [0.6, 0.4])  # the sink left out

@@ -1,0 +1,71 @@
+"""The rollout of a step drawn without it (issue 54). The first view of a token after a run
+takes the run's keys and values from its decode session (``engine.internals.handoff``), so it
+is drawn from one one-token pass; rollout needs the attention rows of every position before the
+token too, which only a pass over them gives (1.7 s for 512 tokens of SmolLM2 on 2 cores). That
+pass runs afterwards, as its own job while the runner is idle, in short passes
+(``engine.internals.reader.ROWS_CHUNK``): a click on another token stops it between two, and it
+goes on from there when that token is drawn. The attention page says rollout follows meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from engine.internals.pace import LoadWatch
+from gui.core.runtime import all_cores
+
+ROLLOUT_JOB = "inside rollout"
+FAILED = object()  # the job's answer where no rollout can be read for the step
+
+
+class Rollouts:
+    """Starts and stops the rollout job of the step in view, on ``runner`` (an EngineRunner)."""
+
+    def __init__(self, runner: Any, readers: dict[str, Any], load: LoadWatch) -> None:
+        self.runner, self.readers, self.load = runner, readers, load
+        self.key: Any = None  # the step whose rollout is being read
+        self.failed: set[Any] = set()
+
+    @staticmethod
+    def pending(inside: Any) -> bool:
+        att = getattr(inside, "attention", None)
+        return att is not None and att.rollout_pending
+
+    def yield_to(self, key: Any) -> None:
+        """Another step is wanted: the rollout job of this one stops between two passes (what
+        it read is kept)."""
+        if self.runner.job_name == ROLLOUT_JOB and self.key != key:
+            self.runner.stop()
+
+    def start(self, target: Any, inside: Any, deliver: Callable[[Any, Any], None]) -> bool:
+        """Read the rollout of ``target``'s step (shown as ``inside``) when the runner is idle;
+        ``deliver(target, whole)`` gets the step with it. Whether a job started."""
+        reader = self.readers.get(target.kind)
+        if (not self.pending(inside) or reader is None or self.runner.busy
+                or target.key in self.failed):  # fmt: skip
+            return False
+        load = self.load
+
+        def work(job: Any, bundle: Any) -> Any:
+            from engine.errors import InternalsUnavailable
+
+            stopped = job.controls.cancelled.is_set
+            try:
+                with all_cores(), load.fitting():
+                    path = target.path(bundle)
+                    if not reader.serves(bundle, path):
+                        return FAILED  # another model since: the step is read again
+                    reader.read_rows(path.query(target.step), stopped)
+                    return reader.inspect(bundle, path, target.step)
+            except InternalsUnavailable:  # stopped by a click (goes on later), or failed
+                return None if stopped() else FAILED
+
+        def done(whole: Any) -> None:
+            if whole is FAILED or self.pending(whole):
+                self.failed.add(target.key)
+            elif whole is not None:
+                deliver(target, whole)
+
+        self.key = target.key
+        return bool(self.runner.job(ROLLOUT_JOB, work, done))
