@@ -11,6 +11,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QWidget
 
+from gui.common.fitted_axis import fit_axes
 from gui.common.theme import Theme
 
 
@@ -25,8 +26,9 @@ def tick_font(widget: pg.PlotWidget, points: int) -> QFont:
 
 def still_plot(widget: pg.PlotWidget) -> pg.PlotItem:
     """A plot the class reads, not drives: no context menu, no auto-range button, no mouse pan
-    or zoom. Returns its plot item."""
+    or zoom, axes whose numbers never run into each other. Returns its plot item."""
     item = widget.getPlotItem()
+    fit_axes(item)  # numbers never closer than their labels need (gui.common.fitted_axis)
     item.setMenuEnabled(False)
     item.hideButtons()
     item.getViewBox().setMouseEnabled(x=False, y=False)

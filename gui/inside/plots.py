@@ -236,6 +236,7 @@ class SourcePlot(InsidePlot):
         self.values = np.zeros(0)
         self.signed = False
         self.scene().sigMouseMoved.connect(self._hover)
+        self.plot.vb.sigResized.connect(self._label_bars)
 
     def show_values(self, labels: list[str], values: np.ndarray, y_label: str,
                     signed: bool = False) -> None:  # fmt: skip
@@ -249,12 +250,23 @@ class SourcePlot(InsidePlot):
         brushes = [self.theme.accent if (val >= 0 or not self.signed) else self.theme.kept_bar
                    for val in v]  # fmt: skip
         self.bars.setOpts(x=x, height=v, brushes=brushes, pen=pg.mkPen(None))
-        every = max(1, -(-len(v) // 24))  # at most ~24 labels: a token every n
-        self.plot.getAxis("bottom").setTicks(_ticks([short(s, 8) for s in self.labels], every))
+        self._label_bars()
         if len(v):
             self.setXRange(-0.6, len(v) - 0.4, padding=0)
             low = min(0.0, float(v.min())) if self.signed else 0.0
             self.setYRange(low, max(float(v.max()), 1e-9), padding=0.05)
+
+    def _label_bars(self, *_args: object) -> None:
+        """A token under every n-th bar, n the fewest bars the widest label needs at the plot's
+        width (labels of 8 characters ran into each other at 24 a plot)."""
+        texts = [short(s, 8) for s in self.labels]
+        width, every = self.plot.vb.width(), max(1, -(-len(texts) // 24))
+        if texts and width > 0:
+            axis = self.plot.getAxis("bottom")
+            metrics = QFontMetrics(axis.style.get("tickFont") or self.font())
+            widest = max(metrics.horizontalAdvance(t) for t in texts) + metrics.averageCharWidth()
+            every = max(1, -(-round(widest * len(texts)) // max(1, int(width))))
+        self.plot.getAxis("bottom").setTicks(_ticks(texts, every))
 
     def _hover(self, pos: QPointF) -> None:
         if not len(self.values) or not self.plot.sceneBoundingRect().contains(pos):

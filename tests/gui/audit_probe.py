@@ -15,7 +15,7 @@ from pathlib import Path
 import pyqtgraph as pg
 from fit_probe import clipped, open_window, outside, run_story, wait
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QColor, QFontMetrics
+from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -153,7 +153,35 @@ def cut_now(w) -> list[str]:
     """Every cut text of the window as it is drawn now (labels, plot and axis titles, toolbar
     entries behind "»")."""
     cut = [c for c in clipped(w) if not _whole_on_hover(w, c)] + cut_titles(w) + cut_axes(w)
-    return cut + overflow(w)
+    return cut + overflow(w) + crowded_ticks(w)
+
+
+def crowded_ticks(w) -> list[str]:
+    """Tick labels drawn over each other ('<extra s…<0xC…' under the attention bars): each
+    axis's labels as pyqtgraph lays them out for drawing, any two of one level overlapping."""
+    out = []
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)
+    for p in plots_on_screen(w):
+        item = getattr(p, "getPlotItem", lambda: None)()
+        if item is None:
+            continue
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            if not axis.isVisible() or not axis.style.get("showValues", True):
+                continue
+            painter = QPainter(image)
+            try:
+                specs = axis.generateDrawSpecs(painter)
+            finally:
+                painter.end()
+            rects = [(r, t) for r, _flags, t in (specs[2] if specs else ()) if t]
+            for i, (a, ta) in enumerate(rects):
+                hit = next((tb for b, tb in rects[i + 1 :] if a.intersects(b)), None)
+                if hit is not None:
+                    out.append(f"tick labels {ta!r} and {hit!r} of {type(p).__name__} "
+                               f"{p.objectName()!r} ({name}) overlap")  # fmt: skip
+                    break
+    return out
 
 
 def overflow(w) -> list[str]:
