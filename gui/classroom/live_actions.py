@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QDockWidget, QFileDialog
 
 from engine.classroom import live_messages as say_to
@@ -30,6 +30,7 @@ from engine.classroom.live_server import LiveServer, lan_addresses
 from engine.records import CLASS
 from gui.classroom.live_panel import LivePanel, visible
 from gui.common.actions import ActionSpec, Place
+from gui.common.events import OnEvent
 from gui.core.session import Session
 from gui.run.api import show_class
 
@@ -37,20 +38,6 @@ if TYPE_CHECKING:
     from gui.run.api import RunView
 
 CONTEXT_CHARS = 1500  # the end of the text so far that a phone shows
-
-
-class _OnClose(QObject):
-    """Calls ``then`` when the watched window closes: the server stops with the window."""
-
-    def __init__(self, watched: QObject, then: Callable[[], None]) -> None:
-        super().__init__(watched)
-        self.then = then
-        watched.installEventFilter(self)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if event.type() == QEvent.Type.Close:
-            self.then()
-        return False
 
 
 @dataclass
@@ -89,7 +76,7 @@ class LiveActions:
         p.remove_button.clicked.connect(self.remove_selected)
         p.export_button.clicked.connect(self.export)
         p.score_button.clicked.connect(self.score_text)
-        self._closer = _OnClose(w.parent, self.shutdown)
+        self._closer = OnEvent(w.parent, (QEvent.Type.Close,), self.shutdown)  # the server too
 
     def action_specs(self) -> list[ActionSpec]:
         return [ActionSpec(

@@ -7,10 +7,11 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtGui import QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import QWidget
 
+from gui.common.events import OnEvent
 from gui.common.fitted_axis import fit_axes
 from gui.common.theme import Theme
 
@@ -56,11 +57,17 @@ def title_font(widget: pg.PlotWidget) -> QFont:
 
 
 def title_room(widget: pg.PlotWidget) -> int:
-    """The pixels a plot's title has: pyqtgraph centres it over the data's box (the left
-    axis's column is not its), so a title as wide as the widget runs off its right edge."""
+    """The pixels a plot's title has. pyqtgraph centres it in its cell, which spans the data's
+    box and the (hidden) right axis's column and runs past the widget's right edge, so the
+    room is twice the distance from that centre to the nearer edge of the widget (before the
+    cell is laid out: the widget less its axes)."""
     item = widget.getPlotItem()
-    axes = sum(item.getAxis(a).width() for a in ("left", "right") if item.getAxis(a).isVisible())
     margin = 2 * item.titleLabel.item.document().documentMargin()  # the rich text's own frame
+    cell = item.titleLabel.mapRectToScene(item.titleLabel.boundingRect())
+    if cell.width() > 1:
+        half = min(cell.center().x(), widget.width() - cell.center().x())
+        return max(40, int(2 * half - margin) - 4)
+    axes = sum(item.getAxis(a).width() for a in ("left", "right") if item.getAxis(a).isVisible())
     return max(40, int(widget.width() - axes - margin) - 12)
 
 
@@ -78,14 +85,13 @@ def key_line(keys: list[tuple[str, str]], room: int, font: QFont) -> tuple[str, 
     return line, cut
 
 
-class KeyTitle(QObject):
+class KeyTitle:
     """A plot whose title is its curves' key, kept within the plot's width at every resize
     and text size; while a name is cut, the whole key is the plot's tooltip."""
 
     def __init__(self, plot: pg.PlotWidget, keys: list[tuple[str, str]]) -> None:
-        super().__init__(plot)
         self.plot, self.keys = plot, list(keys)
-        plot.installEventFilter(self)
+        self.follow = OnEvent(plot, (QEvent.Type.Resize,), self.show)
         self.show()
 
     def show(self) -> None:
@@ -93,24 +99,16 @@ class KeyTitle(QObject):
         self.plot.getPlotItem().setTitle(line)
         self.plot.setToolTip(" · ".join(n for n, _c in self.keys) if cut else "")
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if watched is self.plot and event.type() == QEvent.Type.Resize:
-            self.show()
-        return False
 
-
-class AxisTitle(QObject):
+class AxisTitle:
     """An axis title in the longest of its ``forms`` that fits the axis (pyqtgraph centres it
     and cuts what runs past): "logit difference" on a tall plot, "Δ logit" on a short one, none
     where not even that fits (the view's words say the unit). Follows resizes and text size."""
 
     def __init__(self, plot: pg.PlotWidget, axis: str, forms: tuple[str, ...]) -> None:
-        super().__init__(plot)
         self.plot, self.axis, self.forms = plot, plot.getPlotItem().getAxis(axis), forms
-        self.later = QTimer(self)  # after the layout has given the axis its new length
-        self.later.setSingleShot(True)
-        self.later.timeout.connect(self.fit)
-        plot.installEventFilter(self)
+        # fitted after the layout has given the axis its new length
+        self.follow = OnEvent(plot, (QEvent.Type.Resize, QEvent.Type.FontChange), self.fit, True)
         self.fit()
 
     def fit(self) -> None:
@@ -124,11 +122,6 @@ class AxisTitle(QObject):
             if self.axis.label.boundingRect().width() <= length - 2:
                 return
         self.axis.showLabel(False)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if watched is self.plot and event.type() in (QEvent.Type.Resize, QEvent.Type.FontChange):
-            self.later.start(0)
-        return False
 
 
 class SeriesPlot(pg.PlotWidget):
@@ -164,6 +157,11 @@ class SeriesPlot(pg.PlotWidget):
         self._title = title
         self._show_title()
         self.setXRange(0, 50, padding=0)
+        # the title's cell moves as the left axis grows with its numbers: fitted again
+        self._refit = QTimer(self)
+        self._refit.setSingleShot(True)
+        self._refit.timeout.connect(self._show_title)
+        plot.titleLabel.geometryChanged.connect(lambda: self._refit.start(0))
 
     def set_theme(self, theme: Theme) -> None:
         style_axes(self, theme)
@@ -217,6 +215,8 @@ class SeriesPlot(pg.PlotWidget):
         """The title and the key, each cut to the plot's width with "…" where it is narrower
         than the text (a 1024 px projector, the presentation view); the whole of both is then
         the plot's tooltip."""
+        if self.getPlotItem() is None:  # closed: pyqtgraph let go of its items
+            return
         note = f" · {self.note}" if self.note else ""
         head = f"{self._title}{note}"
         room, font = title_room(self), title_font(self)

@@ -54,7 +54,7 @@ class InsidePlot(pg.PlotWidget):
         if self.plot.legend is not None:
             self.plot.legend.setLabelTextSize(f"{points}pt")
         for title in self.titles:
-            title.later.start(0)
+            title.follow.call_later()
         self.redraw()
 
     def redraw(self) -> None:  # drawn again in the new look

@@ -4,16 +4,16 @@ timer calls ``apply`` with each drained ``Change``; nothing here runs on the wor
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QEvent, QObject, QTimer
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QLabel
 
 from engine.records import SPEC_DRAFT, SPEC_NGRAM, RunSummary, SpeculativeReport, Step
 from engine.words import count
+from gui.common.events import OnEvent
 from gui.common.step_text import bits, step_summary
 from gui.common.theme import BUCKET_LABELS, CUT_MARK, Theme
 from gui.common.token_pane import COLOR_BY_DECISION, COLOR_BY_RANK, decision_legend
@@ -72,20 +72,6 @@ def entropy_title(step: Step) -> str:
     return f"{'≥ ' if bound else ''}{bits(h)} bits ≈ {choices(h, bound)}"
 
 
-class _OnResize(QObject):
-    """Calls ``then`` once a widget has handled a resize (its own resizeEvent first)."""
-
-    def __init__(self, widget: QWidget, then: Callable[[], None]) -> None:
-        super().__init__(widget)
-        self.then = then
-        widget.installEventFilter(self)
-
-    def eventFilter(self, _watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if event.type() == QEvent.Type.Resize:
-            QTimer.singleShot(0, self, self.then)
-        return False
-
-
 class RunView:
     def __init__(
         self,
@@ -105,7 +91,7 @@ class RunView:
         self._frame = 0
         self._summary = ""  # the shown step's summary line, before the cut's label
         self._shown = ""  # the line as this view last set it
-        self._resized = _OnResize(plots.dist_box.plot, self.follow_cut)
+        self._resized = OnEvent(plots.dist_box.plot, (QEvent.Type.Resize,), self.follow_cut, True)
 
     # -- the run -----------------------------------------------------------------------------
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMenu, QToolBar, QWidget
 
 from gui.common.actions import ActionSpec, ActionTable, Keys, Place
+from gui.common.events import OnEvent
 
 BASE_FONT_PT = 12
 
@@ -204,7 +205,7 @@ def build_bars(
     return Bars(table, toolbars, normal_only)
 
 
-class ToolbarRows(QObject):
+class ToolbarRows:
     """The toolbars on one row while they fit the window, else each after the first on a row
     of its own (a 1024 px projector): no entry hides behind the toolbar's "»" menu. Follows
     the window's width, the text size and the presentation view (which hides toolbars)."""
@@ -212,20 +213,11 @@ class ToolbarRows(QObject):
     def __init__(self, toolbars: list[QToolBar]) -> None:
         window = toolbars[0].parentWidget()  # the main window the toolbars were added to
         assert isinstance(window, QMainWindow)
-        super().__init__(window)
         self.window, self.toolbars = window, toolbars
         self.broken: set[int] = set()  # the toolbars that start a row of their own
-        self.later = QTimer(self)  # once the events of a change are in (never mid-teardown)
-        self.later.setSingleShot(True)
-        self.later.timeout.connect(self.arrange)
-        for watched in (window, *toolbars):
-            watched.installEventFilter(self)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if event.type() in (QEvent.Type.Resize, QEvent.Type.Show, QEvent.Type.Hide,
-                            QEvent.Type.LayoutRequest):  # fmt: skip
-            self.later.start(0)
-        return False
+        kinds = (QEvent.Type.Resize, QEvent.Type.Show, QEvent.Type.Hide, QEvent.Type.LayoutRequest)
+        # arranged once the events of a change are in (never mid-teardown)
+        self.follow = OnEvent((window, *toolbars), kinds, self.arrange, later=True)
 
     def arrange(self) -> None:
         shown = [tb for tb in self.toolbars if not tb.isHidden()]

@@ -2,6 +2,7 @@ import os
 
 import pytest
 from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
 from transformers import ByT5Tokenizer
 
 from gui.shell.window import MainWindow
@@ -50,11 +51,13 @@ def no_thread_left_running():
 
 @pytest.fixture
 def window(qtbot, store, autosave):
+    font = QApplication.font()  # the window sets the application's font (its text size)
     w = MainWindow(settings_store=store, autoload=False, autosave_path=autosave)
     qtbot.addWidget(w)
     w.show()
     yield w
     w.close()
+    QApplication.setFont(font)  # a test that presented leaves no 20 pt text to the next
     # No test may leave a worker thread running (no_thread_left_running checks every runner).
     assert not w.runner.thread_running()
 
