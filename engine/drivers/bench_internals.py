@@ -110,23 +110,32 @@ def internals_section(
 LESSONS = ("12-reading-a-text-through-the-model.yaml", "13-where-does-the-model-decide.yaml")
 
 
-def long_run(bundle: ModelBundle, n: int = 512) -> TokenPath:
-    """A sampled run of ``n`` tokens (seeded) after the bench's prompt."""
+def long_run(bundle: ModelBundle, n: int = 512) -> tuple[GenerationSession, TokenPath]:
+    """A sampled run of ``n`` tokens (seeded) after the bench's prompt, and its session (kept,
+    as the window's worker keeps it)."""
     ids = bundle.encode_prompt(PROMPT, use_chat_template=False)
     settings = SamplerSettings(temperature=0.8, top_k=0, top_p=1.0, max_new_tokens=n,
                                min_new_tokens=n, seed=11)  # fmt: skip
-    return path_for(bundle, ids, _run(bundle, ids, settings)[1])
+    session = GenerationSession.over(bundle, ids, settings, top_n=20, fast=True)
+    tokens = [r.token_id for r in session.stream() if isinstance(r, Step)]
+    return session, path_for(bundle, ids, tokens)
 
 
 def step_section(bundle: ModelBundle, say: Callable[[str], None], n: int = 512) -> dict[str, Any]:
     """Token 1 and token ``n`` of an ``n``-token run: the full pass over the path up to the
     token (as each click read it before issue 54) against the reader (its positions read once,
     then one position a step); best of three, alternated."""
-    path = long_run(bundle, n)
+    session, path = long_run(bundle, n)
+    handed = PathReader(bundle.model, path.ids)  # the window's first view after a run
+    with fitted().fitting():
+        first = timed(bundle.device, lambda: handed.inspect(bundle, path, n - 1, rollout=False,
+                                                            session=session))[1]  # fmt: skip
+        rows = timed(bundle.device, lambda: handed.read_rows(path.query(n - 1)))[1]
     reader = PathReader(bundle.model, path.ids)
     with fitted().fitting():
         cold = timed(bundle.device, lambda: reader.inspect(bundle, path, n - 1))[1]
     out: dict[str, Any] = {"tokens": n, "reader_cold_ms": cold * 1e3}
+    out |= {"handed_first_ms": first * 1e3, "rollout_rows_ms": rows * 1e3}
     for step in (0, n - 1):
         up_to = TokenPath(path.context, path.tokens[: step + 1])
         full = lambda p=up_to, k=step: inspect_step(bundle, p, k)  # noqa: E731
@@ -141,7 +150,9 @@ def step_section(bundle: ModelBundle, say: Callable[[str], None], n: int = 512) 
                  "before", "after") + "  (engine only; target <= 300 ms)")  # fmt: skip
         out[f"token_{step + 1}"] = {"before_ms": old * 1e3, "after_ms": new * 1e3}
     say(f"    the reader's first step of token {n}, nothing read yet: {cold * 1e3:.0f} ms "
-        f"(reads the {len(path.ids) - 1} positions before it once)")  # fmt: skip
+        f"(reads the {len(path.ids) - 1} positions before it once); from the run's own keys "
+        f"and values (the window's first view after a run): {first * 1e3:.0f} ms, the rows "
+        f"its rollout needs read after it in {rows * 1e3:.0f} ms")  # fmt: skip
     return out
 
 
