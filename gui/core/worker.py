@@ -163,6 +163,7 @@ class EngineRunner(QObject):
         self.controls = Controls()
         self._job: Job | None = None
         self._thread: QThread | None = None
+        self._closed = False  # shut down with its window: no job starts after that
 
     # -- state --------------------------------------------------------------------------------
 
@@ -297,7 +298,9 @@ class EngineRunner(QObject):
             self.workbench.session = None
 
     def shutdown(self, timeout_ms: int = 60000) -> bool:
-        """Stop whatever runs and wait for its thread to end (window closing)."""
+        """Stop whatever runs and wait for its thread to end (window closing); no job starts
+        after this (a part's handler of the last job's end may still ask for one)."""
+        self._closed = True
         self.stop()
         thread = self._thread
         if thread is not None and thread.isRunning():
@@ -320,6 +323,8 @@ class EngineRunner(QObject):
     def _start(
         self, work: Callable[[Job], Any], name: str, on_result: Callable[[Any], None], on_fail: Any
     ) -> bool:
+        if self._closed:
+            return False
         if self._job is not None:
             self.failed.emit(f"Busy ({self._job.name}): press Stop first.")
             return False

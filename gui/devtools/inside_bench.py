@@ -46,6 +46,9 @@ def run_inside_bench(
     say(f"I6. the window, a {len(window.store.steps)}-token run (generated in "
         f"{time.perf_counter() - started:.0f} s); load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores")  # fmt: skip
+    # the attention page, whose rollout view follows the first view after a run (on the lens
+    # page nothing follows)
+    window.inside.view.pages.setCurrentWidget(window.inside.view.attention)
     best: dict[str, dict[str, float]] = {"before": {}, "after": {}}
     for _ in range(rounds):  # before, after, before, after: the machine's load falls on both
         for name, fast in (("before", False), ("after", True)):

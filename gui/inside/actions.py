@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from PySide6.QtCore import Slot
+from PySide6.QtCore import QTimer, Slot
 
 from engine.classroom.lesson_reader import INSIDE_PAGES
 from engine.internals.pace import LoadWatch
@@ -95,17 +95,17 @@ class InsideActions:
         self.readers: dict[str, Any] = {}  # engine.internals.reader.PathReader by Target.kind
         self.fast = True  # False: each step from a full pass, as before issue 54 (the bench)
         self.load = LoadWatch()  # the machine's load, read on the display clock
-        self.rollouts = Rollouts(w.runner, self.readers, self.load)
+        self.rollouts = Rollouts(w.runner, self.readers, self.load, self.view, self.sync)
         w.output.color_mode.addItem("Colour by decision layer", COLOR_BY_DECISION)
         self.view.inputs.requested.connect(self.attribute)
-        w.plots.tabs.currentChanged.connect(lambda _i: self.sync())
         # a click asks at once (after the window's own handlers chose the step), not at the poll
-        w.output.pane.token_clicked.connect(lambda _i: self.sync())
-        w.score.view.token_clicked.connect(lambda _i: self.sync())
-        w.score.view.colour.currentIndexChanged.connect(lambda _i: self.sync())
-        w.output.color_mode.currentIndexChanged.connect(lambda _i: self.sync())
+        for signal in (w.plots.tabs.currentChanged, w.output.pane.token_clicked,
+                       w.score.view.token_clicked, w.score.view.colour.currentIndexChanged,
+                       w.output.color_mode.currentIndexChanged):  # fmt: skip
+            signal.connect(lambda _i: self.sync())
         w.runner.failed.connect(self._job_failed)
-        w.runner.busy_changed.connect(lambda busy: busy or self.sync())  # the next job at once
+        # once idle, after every other part's handler (a queued after-idle job goes first)
+        w.runner.busy_changed.connect(lambda b: b or QTimer.singleShot(0, self.view, self.sync))
         self.after_run_step: int | None = None  # a lesson stage's token, shown when its run ends
         w.runner.fraction.connect(self._progress)
         w.runner.progress.connect(self._said)
@@ -138,8 +138,7 @@ class InsideActions:
                       None, tokens, i, whole)  # fmt: skip
 
     def _unavailable(self) -> str | None:
-        bundle = self.w.bundle
-        if bundle is None:
+        if (bundle := self.w.bundle) is None:
             return "No model is loaded yet."
         if getattr(bundle, "model", None) is None:
             return ("Inside the step needs the model's weights: open a local model (a served "
@@ -315,6 +314,8 @@ class InsideActions:
         if target is None or inside is None or target.key != self.shown:
             w.show_error("Pick a token first: the Inputs page attributes the step in view.")
             return
+        if self.rollouts.make_way(w.after_idle, self.attribute):  # the rollout goes on later
+            return
         if w.runner.busy:
             w.show_error("Busy: wait for the current job, or press Stop.")
             return
@@ -353,13 +354,12 @@ class InsideActions:
             self.w.runner.stop()
 
     @Slot(float)
-    def _progress(self, fraction: float) -> None:
+    def _progress(self, fraction: float) -> None:  # the attribution's bar
         if self.w.runner.job_name == "attribution":
             self.view.inputs.progress.setValue(round(1000 * fraction))
 
     @Slot(str)
-    def _said(self, text: str) -> None:
-        """The attribution's line per round, on the page too (the status bar has it)."""
+    def _said(self, text: str) -> None:  # the attribution's line per round, on the page too
         if self.w.runner.job_name == "attribution":
             self.view.inputs.note.setText(html.escape(text) + " (Stop ends it)")
 

@@ -1,10 +1,10 @@
 """The rollout of a step drawn without it (issue 54). The first view of a token after a run
 takes the run's keys and values from its decode session (``engine.internals.handoff``), so it
 is drawn from one one-token pass; rollout needs the attention rows of every position before the
-token too, which only a pass over them gives (1.7 s for 512 tokens of SmolLM2 on 2 cores). That
-pass runs afterwards, as its own job while the runner is idle, in short passes
-(``engine.internals.reader.ROWS_CHUNK``): a click on another token stops it between two, and it
-goes on from there when that token is drawn. The attention page says rollout follows meanwhile.
+token too, which only a pass over them gives (0.7 s for 512 tokens of SmolLM2 on 2 cores). That
+pass runs afterwards, as its own job while the runner is idle and the attention page shows the
+rollout (elsewhere the runner stays free), in passes a click on another token stops before the
+model's next block (what was read is kept). The attention page says rollout follows meanwhile.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.internals.pace import LoadWatch
 from gui.core.runtime import all_cores
+from gui.inside.pages import ROLLOUT
 
 ROLLOUT_JOB = "inside rollout"
 FAILED = object()  # the job's answer where no rollout can be read for the step
@@ -22,10 +23,21 @@ FAILED = object()  # the job's answer where no rollout can be read for the step
 class Rollouts:
     """Starts and stops the rollout job of the step in view, on ``runner`` (an EngineRunner)."""
 
-    def __init__(self, runner: Any, readers: dict[str, Any], load: LoadWatch) -> None:
+    def __init__(
+        self, runner: Any, readers: dict[str, Any], load: LoadWatch, view: Any,
+        sync: Callable[[], None],
+    ) -> None:  # fmt: skip
         self.runner, self.readers, self.load = runner, readers, load
+        self.view = view  # the InsideView: read while its attention page shows the rollout
         self.key: Any = None  # the step whose rollout is being read
         self.failed: set[Any] = set()
+        view.pages.currentChanged.connect(lambda _i: sync())
+        view.attention.view.currentIndexChanged.connect(lambda _i: sync())
+
+    def wanted(self) -> bool:
+        """Whether the rollout is in view (else nothing is read: the runner stays free)."""
+        page = self.view.attention
+        return self.view.pages.currentWidget() is page and page.view.currentData() == ROLLOUT
 
     @staticmethod
     def pending(inside: Any) -> bool:
@@ -38,12 +50,22 @@ class Rollouts:
         if self.runner.job_name == ROLLOUT_JOB and self.key != key:
             self.runner.stop()
 
+    def make_way(self, after_idle: Callable[[Callable[[], None]], None],
+                 then: Callable[[], None]) -> bool:  # fmt: skip
+        """Where the rollout job runs, stop it (what it read is kept) and call ``then`` once the
+        runner is idle (``after_idle``): a button the user pressed goes first. Whether it did."""
+        if self.runner.job_name != ROLLOUT_JOB:
+            return False
+        self.runner.stop()
+        after_idle(then)
+        return True
+
     def start(self, target: Any, inside: Any, deliver: Callable[[Any, Any], None]) -> bool:
         """Read the rollout of ``target``'s step (shown as ``inside``) when the runner is idle;
         ``deliver(target, whole)`` gets the step with it. Whether a job started."""
         reader = self.readers.get(target.kind)
         if (not self.pending(inside) or reader is None or self.runner.busy
-                or target.key in self.failed):  # fmt: skip
+                or target.key in self.failed or not self.wanted()):  # fmt: skip
             return False
         load = self.load
 

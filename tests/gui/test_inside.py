@@ -40,9 +40,8 @@ def test_nothing_is_read_inside_while_the_tab_is_closed(qtbot, ran) -> None:
     assert jobs == ["generate"]
     window.tabs.setCurrentWidget(window.inside.view)
     settle(qtbot, window)
-    # the step from the run's own keys and values, then the rollout that needs every row
-    qtbot.waitUntil(lambda: not window.runner.busy and len(jobs) >= 3, timeout=30000)
-    assert jobs == ["generate", "inside", "inside rollout"]
+    qtbot.wait(600)  # the lens page: no rollout is read (gui.inside.rollout), nothing else
+    assert jobs == ["generate", "inside"]
 
 
 def test_the_tab_follows_a_click_and_equals_the_engine(qtbot, ran) -> None:

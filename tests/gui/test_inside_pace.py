@@ -148,7 +148,8 @@ def test_the_first_view_after_a_run_is_one_position_and_its_rollout_follows(
     handle = embed.register_forward_hook(lambda _m, a, _o: seen.append(int(a[0].shape[-1])))
     jobs: list[str] = []
     window.runner.busy_changed.connect(lambda busy: busy and jobs.append(window.runner.job_name))
-    try:
+    try:  # the attention page, which shows the rollout first
+        window.inside.view.pages.setCurrentWidget(window.inside.view.attention)
         window.tabs.setCurrentWidget(window.inside.view)
         qtbot.waitUntil(lambda: jobs[-1:] == ["inside rollout"] and not window.runner.busy,
                         timeout=30000)  # fmt: skip
@@ -178,6 +179,7 @@ def test_a_click_stops_the_rollout_job_and_is_drawn_first(qtbot, ran, monkeypatc
         return rows(self, upto, cancelled)
 
     monkeypatch.setattr(reader_module.PathReader, "read_rows", slow)
+    window.inside.view.pages.setCurrentWidget(window.inside.view.attention)
     window.tabs.setCurrentWidget(window.inside.view)
     qtbot.waitUntil(lambda: window.runner.job_name == "inside rollout", timeout=30000)
     started = time.monotonic()
@@ -185,6 +187,8 @@ def test_a_click_stops_the_rollout_job_and_is_drawn_first(qtbot, ran, monkeypatc
     shown_token(qtbot, window, 5)
     assert time.monotonic() - started < 10  # not the 30 s the rollout job would have held
     assert window.inside.results[window.inside.shown].step == 4
+    qtbot.waitUntil(lambda: not window.inside.results[window.inside.shown].attention
+                    .rollout_pending and not window.runner.busy, timeout=30000)  # fmt: skip
     # token 16's rollout stopped, token 5's read after its view (the job asks, then the step)
     assert held[0] > held[1] and set(held[1:]) == {held[1]}
     assert window.inside.results[window.inside.shown].attention.rollout is not None
@@ -201,3 +205,26 @@ def test_the_attention_page_says_the_rollout_follows(qtbot) -> None:
     assert len(page.plot.values) == 0
     page.view.setCurrentIndex(page.view.findData("mean"))
     np.testing.assert_allclose(page.plot.values[1:], [0.6, 0.4])  # the sink left out
+
+
+def test_a_job_queued_for_the_end_of_a_run_goes_before_the_inside_tabs(
+    qtbot, window, tiny_dir
+) -> None:
+    """The tab starts its next job as soon as the runner is idle, but after every other part's
+    handler of that moment: a job queued for the end of the run (a lesson's next stage, the
+    live round's reveal) is not refused as busy."""
+    load(qtbot, window, tiny_dir)
+    window.tabs.setCurrentWidget(window.inside.view)
+    window.sampler.set_settings(window.sampler.settings().with_(max_new_tokens=8))
+    window.prompt.setPlainText("Once upon a time")
+    jobs: list[str] = []
+    window.runner.busy_changed.connect(lambda busy: busy and jobs.append(window.runner.job_name))
+    refused: list[str] = []
+    window.runner.failed.connect(refused.append)
+    started: list[bool] = []
+    window.generate()
+    window.jobs.after_idle(lambda: started.append(
+        window.runner.job("queued", lambda _j, _b: 1, lambda _r: None)))  # fmt: skip
+    qtbot.waitUntil(lambda: "inside" in jobs and not window.runner.busy, timeout=30000)
+    assert started == [True] and not refused
+    assert jobs[:3] == ["generate", "queued", "inside"]

@@ -174,6 +174,20 @@ def test_a_job_thread_calls_nothing_in_qt_but_emits(qtbot):
     assert calls and all(name == "SignalInstance.emit" for name in calls), calls
 
 
+def test_no_job_starts_after_the_runner_was_shut_down(qtbot):
+    """The window's close shuts its runner down; a part's handler of the last job's end (the
+    Inside tab's next read) could then start a job whose thread outlived the window."""
+    runner = EngineRunner(RunStore())
+    runner.workbench.bundle = object()
+    ended: list[bool] = []
+    runner.busy_changed.connect(lambda busy: busy or ended.append(
+        runner.job("after", lambda _j, _b: 1, lambda _r: None)))  # fmt: skip
+    assert runner.job("first", lambda _j, _b: 1, lambda _r: None)
+    assert runner.shutdown()
+    qtbot.wait(50)
+    assert ended == [False] and not runner.busy and not runner.thread_running()
+
+
 def test_a_job_ending_while_the_gui_thread_destroys_objects_never_deadlocks():
     """A full test run once hung for good, CPU idle, pytest-timeout silent: the job's last act,
     moveToThread, took one of Qt's connection locks with the GIL held, while the GUI thread,
