@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from PySide6.QtCore import QTimer, Slot
+from PySide6.QtCore import Slot
 
 from engine.classroom.lesson_reader import INSIDE_PAGES
 from engine.internals.pace import LoadWatch
@@ -104,8 +104,6 @@ class InsideActions:
                        w.output.color_mode.currentIndexChanged):  # fmt: skip
             signal.connect(lambda _i: self.sync())
         w.runner.failed.connect(self._job_failed)
-        # once idle, after every other part's handler (a queued after-idle job goes first)
-        w.runner.busy_changed.connect(lambda b: b or QTimer.singleShot(0, self.view, self.sync))
         self.after_run_step: int | None = None  # a lesson stage's token, shown when its run ends
         w.runner.fraction.connect(self._progress)
         w.runner.progress.connect(self._said)

@@ -210,9 +210,9 @@ def test_the_attention_page_says_the_rollout_follows(qtbot) -> None:
 def test_a_job_queued_for_the_end_of_a_run_goes_before_the_inside_tabs(
     qtbot, window, tiny_dir
 ) -> None:
-    """The tab starts its next job as soon as the runner is idle, but after every other part's
-    handler of that moment: a job queued for the end of the run (a lesson's next stage, the
-    live round's reveal) is not refused as busy."""
+    """A job queued for the end of the run (a lesson's next stage, the live round's reveal)
+    starts before the tab reads the last token (the tab asks on its poll, after every other
+    part's handler of the run's end), not refused as busy."""
     load(qtbot, window, tiny_dir)
     window.tabs.setCurrentWidget(window.inside.view)
     window.sampler.set_settings(window.sampler.settings().with_(max_new_tokens=8))
