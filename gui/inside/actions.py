@@ -163,7 +163,8 @@ class InsideActions:
             self.view.show_message("Generate, or click a token, to look inside the step that "
                                    "made it.")  # fmt: skip
             return None
-        self.rollouts.yield_to(target.key)
+        if self.rollouts.yield_to(target.key):  # the step clicked as soon as that job ends
+            self.w.after_idle(self.sync)
         if target.key == self.shown:
             return target
         result = self.results.get(target.key)

@@ -44,11 +44,13 @@ class Rollouts:
         att = getattr(inside, "attention", None)
         return att is not None and att.rollout_pending
 
-    def yield_to(self, key: Any) -> None:
-        """Another step is wanted: the rollout job of this one stops between two passes (what
-        it read is kept)."""
+    def yield_to(self, key: Any) -> bool:
+        """Another step is wanted: the rollout job of this one stops before the model's next
+        block (what it read is kept). Whether it was stopped."""
         if self.runner.job_name == ROLLOUT_JOB and self.key != key:
             self.runner.stop()
+            return True
+        return False
 
     def make_way(self, after_idle: Callable[[Callable[[], None]], None],
                  then: Callable[[], None]) -> bool:  # fmt: skip
