@@ -156,31 +156,39 @@ def cut_now(w) -> list[str]:
     return cut + overflow(w) + crowded_ticks(w)
 
 
+def plot_axes(w):  # noqa: ANN201 - (plot, "left" / "bottom", its AxisItem) of every plot shown
+    for p in plots_on_screen(w):
+        item = getattr(p, "getPlotItem", lambda: None)()
+        if item is not None:
+            for name in ("left", "bottom"):
+                yield p, name, item.getAxis(name)
+
+
+def drawn_labels(axis) -> list:  # noqa: ANN001
+    """The tick labels an axis draws now: (rect, text), as pyqtgraph lays them out."""
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)  # kept while the painter draws on it
+    painter = QPainter(image)
+    try:
+        specs = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    return [(rect, text) for rect, _flags, text in (specs[2] if specs else ()) if text]
+
+
 def crowded_ticks(w) -> list[str]:
     """Tick labels drawn over each other ('<extra s…<0xC…' under the attention bars): each
     axis's labels as pyqtgraph lays them out for drawing, any two of one level overlapping."""
     out = []
-    image = QImage(8, 8, QImage.Format.Format_ARGB32)
-    for p in plots_on_screen(w):
-        item = getattr(p, "getPlotItem", lambda: None)()
-        if item is None:
+    for p, name, axis in plot_axes(w):
+        if not axis.isVisible() or not axis.style.get("showValues", True):
             continue
-        for name in ("left", "bottom"):
-            axis = item.getAxis(name)
-            if not axis.isVisible() or not axis.style.get("showValues", True):
-                continue
-            painter = QPainter(image)
-            try:
-                specs = axis.generateDrawSpecs(painter)
-            finally:
-                painter.end()
-            rects = [(r, t) for r, _flags, t in (specs[2] if specs else ()) if t]
-            for i, (a, ta) in enumerate(rects):
-                hit = next((tb for b, tb in rects[i + 1 :] if a.intersects(b)), None)
-                if hit is not None:
-                    out.append(f"tick labels {ta!r} and {hit!r} of {type(p).__name__} "
-                               f"{p.objectName()!r} ({name}) overlap")  # fmt: skip
-                    break
+        rects = drawn_labels(axis)
+        for i, (a, ta) in enumerate(rects):
+            hit = next((tb for b, tb in rects[i + 1 :] if a.intersects(b)), None)
+            if hit is not None:
+                out.append(f"tick labels {ta!r} and {hit!r} of {type(p).__name__} "
+                           f"{p.objectName()!r} ({name}) overlap")  # fmt: skip
+                break
     return out
 
 
@@ -203,19 +211,14 @@ def cut_axes(w) -> list[str]:
     """Axis titles longer than their axis ("logit differ" on a short plot): pyqtgraph draws
     them centred on the axis and cuts what runs past it."""
     out = []
-    for p in plots_on_screen(w):
-        item = getattr(p, "getPlotItem", lambda: None)()
-        if item is None:
+    for p, name, axis in plot_axes(w):
+        if not axis.isVisible() or not axis.label.isVisible() or not axis.labelText:
             continue
-        for name in ("left", "bottom"):
-            axis = item.getAxis(name)
-            if not axis.isVisible() or not axis.label.isVisible() or not axis.labelText:
-                continue
-            long = axis.label.boundingRect().width()  # along the axis (the left one is turned)
-            room = axis.height() if name == "left" else axis.width()
-            if long > room + 1:
-                where = f"{type(p).__name__} {p.objectName()!r}"
-                out.append(f"axis title {axis.labelText!r} of {where}: {long:.0f} px on {room:.0f}")
+        long = axis.label.boundingRect().width()  # along the axis (the left one is turned)
+        room = axis.height() if name == "left" else axis.width()
+        if long > room + 1:
+            where = f"{type(p).__name__} {p.objectName()!r}"
+            out.append(f"axis title {axis.labelText!r} of {where}: {long:.0f} px on {room:.0f}")
     return out
 
 

@@ -128,24 +128,12 @@ def test_a_source_plots_token_labels_never_run_into_each_other(qtbot):
     assert shown[(1400, 10)] > shown[(520, 10)] > shown[(520, 20)] >= 1
 
 
-def drawn_labels(axis) -> list:  # noqa: ANN001
-    """The tick labels an axis draws now: (rect, text), as pyqtgraph lays them out."""
-    from PySide6.QtGui import QImage, QPainter
-
-    image = QImage(8, 8, QImage.Format.Format_ARGB32)
-    painter = QPainter(image)
-    try:
-        specs = axis.generateDrawSpecs(painter)
-    finally:
-        painter.end()
-    return [(rect, text) for rect, _flags, text in specs[2] if text]
-
-
 def test_no_plots_numbers_run_into_each_other_on_a_short_axis(qtbot):
     """pyqtgraph draws three numbers on any axis: '2 1 0' touched on the presentation view's
     60 px logit-attribution chart at 20 pt. Every still plot's axes (gui.common.fitted_axis)
     now step their spacing up until each label has its room; a long axis keeps pyqtgraph's."""
     import pyqtgraph as pg
+    from audit_probe import drawn_labels  # the screen audit's reading of an axis
 
     from gui.common.series_plot import still_plot, tick_font
 
